@@ -1,0 +1,5 @@
+import sys
+
+from kmon.cli import main
+
+sys.exit(main())

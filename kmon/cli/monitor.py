@@ -1,0 +1,14 @@
+"""`kmon monitor`: Run the Spark Structured Streaming monitor over the op events topic."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("monitor", help="Run the Spark Structured Streaming monitor over the op events topic.", description="Run the Spark Structured Streaming monitor over the op events topic.")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise SystemExit("kmon monitor: not implemented yet")

@@ -1,0 +1,120 @@
+"""The op model: one Jepsen-style operation, as every part of kmon sees it.
+
+A *history* is a sequence of ops. Each logical process alternates an ``invoke`` with its
+completion (``ok``, ``fail`` or ``info``), like Jepsen's queue workload:
+
+- ``f`` is one of ``send``, ``poll``, ``txn`` (micro-ops), ``assign``, ``subscribe`` (a list of
+  keys) or ``crash`` (the process's clients were torn down; no value).
+- A *key* names one topic-partition; keys and values are opaque ints or strings and keep their
+  types end to end.
+- Micro-ops (mops), normalised on decode so detectors never re-parse wire shapes:
+
+  ============================  ==============================================================
+  ``("send", key, value, None)``  a send as invoked, or completed with its offset unknown
+  ``("send", key, value, off)``   a send whose completion reported offset ``off``
+  ``("poll", None)``              a poll as invoked
+  ``("poll", {key: [(off, value), ...]})``  a completed poll: records per key, in poll order
+  ============================  ==============================================================
+
+Codecs (JSON, JSONL, EDN, Avro) convert Jepsen's wire shapes (``["send", k, [off, v]]``,
+``["poll", {k: [[off, v], ...]}]``) to and from this form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Key = int | str
+Value = int | str
+Offset = int
+
+OpType = Literal["invoke", "ok", "fail", "info"]
+OpF = Literal["send", "poll", "txn", "assign", "subscribe", "crash"]
+
+OP_TYPES: tuple[str, ...] = ("invoke", "ok", "fail", "info")
+OP_FS: tuple[str, ...] = ("send", "poll", "txn", "assign", "subscribe", "crash")
+MOP_FS: frozenset[str] = frozenset(("send", "poll", "txn"))
+
+# ("send", key, value, offset | None)  or  ("poll", {key: [(offset, value), ...]} | None)
+Mop = tuple
+
+
+@dataclass(slots=True, frozen=True)
+class Rebalance:
+    """One consumer-group rebalance callback seen during an op: partitions revoked or assigned."""
+
+    kind: str  # "assigned", "revoked", "lost" or "" when the history does not say
+    keys: tuple[Key, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class KeyPlacement:
+    """Where a key lives and which broker led it, as the client's metadata showed at the time."""
+
+    topic: str
+    partition: int
+    leader: int | None = None
+    leader_epoch: int | None = None
+
+
+@dataclass(slots=True)
+class OpMeta:
+    """What a kmon probe knows beyond Jepsen's fields; absent (None) in Jepsen histories."""
+
+    probe: str = ""
+    transactional_id: str | None = None
+    txn_seq: int | None = None
+    deliberate_abort: bool = False
+    error: str | None = None
+    seek_to_beginning: bool = False
+    placements: dict[Key, KeyPlacement] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Op:
+    index: int
+    time: int  # nanoseconds
+    process: int | str
+    type: str  # one of OP_TYPES
+    f: str  # one of OP_FS
+    value: Any = None  # list[Mop] for send/poll/txn, list[Key] for assign/subscribe
+    rebalance_log: tuple[Rebalance, ...] = ()
+    meta: OpMeta | None = None
+
+    @property
+    def is_invoke(self) -> bool:
+        return self.type == "invoke"
+
+    def sends(self) -> list[tuple[Key, Value, Offset | None]]:
+        """(key, value, offset) of each send mop, in op order."""
+        if self.f not in MOP_FS or not self.value:
+            return []
+        return [(m[1], m[2], m[3]) for m in self.value if m[0] == "send"]
+
+    def reads(self) -> dict[Key, list[tuple[Offset, Value]]]:
+        """Records read per key across all poll mops, in op order."""
+        out: dict[Key, list[tuple[Offset, Value]]] = {}
+        if self.f not in MOP_FS or not self.value:
+            return out
+        for m in self.value:
+            if m[0] == "poll" and m[1]:
+                for k, pairs in m[1].items():
+                    out.setdefault(k, []).extend(pairs)
+        return out
+
+    def rebalanced_keys(self) -> set[Key]:
+        keys: set[Key] = set()
+        for r in self.rebalance_log:
+            keys.update(r.keys)
+        return keys
+
+
+def send(key: Key, value: Value, offset: Offset | None = None) -> Mop:
+    return ("send", key, value, offset)
+
+
+def poll(reads: dict[Key, list[tuple[Offset, Value]]] | None = None) -> Mop:
+    if reads is not None:
+        reads = {k: [tuple(p) for p in pairs] for k, pairs in reads.items()}
+    return ("poll", reads)
