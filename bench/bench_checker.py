@@ -1,0 +1,87 @@
+"""Checker core benchmark: throughput on one core, and retained state per key over time.
+
+Generates a healthy synthetic history (kmon.synth; 64 keys, 16 processes, transactions with
+deliberate aborts), decodes nothing (the op events are already Python objects, as after
+decoding), and feeds it through the checker:
+
+1. offline (``kmon check``): no grace period, every verdict at the end;
+2. online: a grace period in event time, the watermark advanced every 10k events, state
+   compacted behind it -- the monitor's mode. Retained state is measured at 10k, 100k, 1M
+   events; it must stay flat as the history grows.
+
+Figures are printed, never asserted. CPU time of this process is used, so other load on the
+machine disturbs the figures less than wall time would.
+
+    python bench/bench_checker.py [EVENTS]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from kmon.checker import CheckConfig, Checker
+from kmon.synth import SynthConfig, healthy
+
+SECOND = 1_000_000_000
+
+
+def offline(ops: list) -> None:
+    checker = Checker(CheckConfig(cycles=False))
+    t = time.process_time()
+    for op in ops:
+        checker.apply(op)
+    report = checker.finish()
+    dt = time.process_time() - t
+    print(f"offline: {len(ops):,} events in {dt:.2f} s CPU = {len(ops) / dt:,.0f} events/s;"
+          f" valid={report.valid}, anomalies={sum(len(v) for v in report.errors.values())},"
+          f" lag samples={len(report.lags):,}")
+
+
+def state_figures(checker: Checker) -> tuple[float, float, float, float]:
+    """(bytes per key, in-flight offsets per key, bytes per in-flight offset, serialized/key)."""
+    states = list(checker.keys.values())
+    total = sum(st.nbytes() for st in states)
+    slots = sum(len(st.val) for st in states)
+    serialized = sum(len(st.to_bytes()) for st in states)
+    n = len(states)
+    return total / n, slots / n, total / max(slots, 1), serialized / n
+
+
+def online(ops: list, grace_s: float, checkpoints: tuple[int, ...]) -> None:
+    grace = int(grace_s * SECOND)
+    cfg = CheckConfig(cycles=False, grace_ns=grace, unseen_grace_ns=2 * grace)
+    checker = Checker(cfg)
+    checker.sink.collect_lags = False  # the monitor exports lag as gauges, not a list
+    lateness = SECOND
+    cpu = 0.0
+    print(f"online: grace {grace_s:g} s of event time, watermark = newest event - 1 s")
+    print(f"  {'events':>10} {'bytes/key':>10} {'offsets/key':>12} {'bytes/offset':>13}"
+          f" {'serialized/key':>15}")
+    for n, op in enumerate(ops, 1):
+        t = time.process_time()
+        checker.apply(op)
+        if n % 10_000 == 0:
+            checker.advance(op.time - lateness)
+            checker.sink.clear()
+        cpu += time.process_time() - t
+        if n in checkpoints:
+            per_key, offsets, per_offset, ser = state_figures(checker)
+            print(f"  {n:>10,} {per_key:>10,.0f} {offsets:>12,.0f} {per_offset:>13.1f}"
+                  f" {ser:>15,.0f}")
+    print(f"  throughput: {len(ops) / cpu:,.0f} events/s (CPU, including advance/compaction)")
+
+
+def main() -> None:
+    events = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+    cfg = SynthConfig(keys=64, processes=16, keys_per_process=4)
+    t = time.perf_counter()
+    ops = list(healthy(events, cfg))
+    print(f"generated {len(ops):,} healthy op events ({cfg.keys} keys, {cfg.processes} processes,"
+          f" {cfg.keys_per_process} keys each) in {time.perf_counter() - t:.1f} s")
+    offline(ops)
+    online(ops, grace_s=5, checkpoints=(10_000, 100_000, 1_000_000, events))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Anomaly names and records.
+
+One identifier per anomaly everywhere: the report key, the Prometheus ``anomaly`` label, the
+alert name's suffix and the runbook anchor are these strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+INCONSISTENT_OFFSETS = "inconsistent-offsets"
+DUPLICATE = "duplicate"
+LOST_WRITE = "lost-write"
+G1A = "G1a"
+PRECOMMITTED_READ = "precommitted-read"
+POLL_SKIP = "poll-skip"
+NONMONOTONIC_POLL = "nonmonotonic-poll"
+NONMONOTONIC_SEND = "nonmonotonic-send"
+INT_POLL_SKIP = "int-poll-skip"
+INT_NONMONOTONIC_POLL = "int-nonmonotonic-poll"
+INT_SEND_SKIP = "int-send-skip"
+INT_NONMONOTONIC_SEND = "int-nonmonotonic-send"
+G0 = "G0"
+G1C = "G1c"
+TORN_TRANSACTION = "torn-transaction"
+
+ANOMALY_TYPES: tuple[str, ...] = (
+    INCONSISTENT_OFFSETS,
+    DUPLICATE,
+    LOST_WRITE,
+    G1A,
+    PRECOMMITTED_READ,
+    POLL_SKIP,
+    NONMONOTONIC_POLL,
+    NONMONOTONIC_SEND,
+    INT_POLL_SKIP,
+    INT_NONMONOTONIC_POLL,
+    INT_SEND_SKIP,
+    INT_NONMONOTONIC_SEND,
+    G0,
+    G1C,
+    TORN_TRANSACTION,
+)
+
+# Not errors, but verdicts the online monitor also emits as evidence.
+UNSEEN = "unseen"
+
+
+@dataclass(slots=True)
+class Anomaly:
+    """One detected anomaly: its type and a JSON-ready record (``key`` plus evidence fields)."""
+
+    type: str
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> Any:
+        return self.record.get("key")

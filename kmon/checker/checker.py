@@ -1,0 +1,208 @@
+"""The whole checker in one process: every key's fold, the transaction stage, the cycle search.
+
+``kmon check`` runs this over a history file; tests and benchmarks use it directly. The online
+monitor runs the same pieces spread over Spark (per-key folds and the transaction stage keyed
+by writer), fed with fragments split the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kmon.checker import fold, realtime_lag
+from kmon.checker.cycles import Graph, add_edge, find_cycles
+from kmon.checker.fragment import split
+from kmon.checker.policy import allowed_anomalies, invalidating
+from kmon.checker.report import Report, merge_anomalies
+from kmon.checker.sink import Sink
+from kmon.checker.state import OCCUPIED, VER, W_ANY, W_FAIL, KeyState
+from kmon.checker.torn import TxnStage
+from kmon.checker.unseen import unseen_values
+from kmon.checker.values import EMPTY
+from kmon.history.model import MOP_FS, OP_FS, Op
+
+
+@dataclass(frozen=True, slots=True)
+class CheckConfig:
+    ww_deps: bool = False  # infer write-write dependencies from log order (for G0/G1c)
+    isolation: str = "read_committed"  # what the consumers were configured with
+    grace_ns: int | None = None  # None: offline, decide absence at the end of the history
+    unseen_grace_ns: int | None = None
+    collect_lags: bool = True
+    cycles: bool = True  # search G0/G1c (offline only: keeps every op's highest reads)
+
+    def fold_config(self) -> fold.FoldConfig:
+        return fold.FoldConfig(self.grace_ns, self.unseen_grace_ns, self.collect_lags)
+
+
+class Checker:
+    """Feed ops in history order with ``apply``; ``finish`` returns the report."""
+
+    def __init__(self, config: CheckConfig | None = None) -> None:
+        self.config = config or CheckConfig()
+        allowed_anomalies(self.config.isolation)  # fail fast on a bad isolation level
+        self.fold_config = self.config.fold_config()
+        self.keys: dict[Any, KeyState] = {}
+        self.txns = TxnStage(self.config.grace_ns)
+        self.sink = Sink(collect_lags=self.config.collect_lags)
+        self.invoked_at: dict[Any, int] = {}  # process -> time of its pending invocation
+        self.tracked: dict[Any, set[Any]] = {}  # process -> keys it consumes (for lag)
+        self.highest_reads: list[tuple[int, Any, Any]] = []  # (reader op, key, value)
+        self.ops = 0
+        self.workload_ops = 0  # send/poll/txn ops: a history without any is not a test
+
+    def key_state(self, key: Any) -> KeyState:
+        st = self.keys.get(key)
+        if st is None:
+            st = self.keys[key] = KeyState(key)
+        return st
+
+    def apply(self, op: Op) -> None:
+        if op.f not in OP_FS:
+            return  # nemesis and other non-client ops
+        self.ops += 1
+        if op.f in MOP_FS:
+            self.workload_ops += 1
+        if op.type == "invoke":
+            self.invoked_at[op.process] = op.time
+            if op.f != "poll":
+                self._apply_fragments(split(op))
+            return
+        invoke_time = self.invoked_at.pop(op.process, op.time)
+        if op.f == "crash":
+            self._crash(op.process)
+            return
+        frags = split(op, invoke_time)
+        self._apply_fragments(frags)
+        if self.config.collect_lags:
+            self._lag_of_tracked(op, frags, invoke_time)
+        if self.config.cycles and op.type == "ok":
+            for k, pairs in op.reads().items():
+                if pairs:
+                    self.highest_reads.append((op.index, k, max(pairs, key=_offset)[1]))
+
+    def _apply_fragments(self, frags: list) -> None:
+        sink, cfg, keys = self.sink, self.fold_config, self.keys
+        for fr in frags:
+            st = keys.get(fr.key)
+            if st is None:
+                st = keys[fr.key] = KeyState(fr.key)
+            fold.apply(st, fr, cfg, sink)
+        if sink.facts:
+            self._route_facts()
+
+    def _route_facts(self) -> None:
+        if self.sink.facts:
+            facts = list(self.sink.facts)
+            self.sink.facts.clear()
+            for fact in facts:
+                self.txns.apply(fact, self.sink)
+
+    def _lag_of_tracked(self, op: Op, frags: list, invoke_time: int) -> None:
+        """Sample lag on keys the process consumes that this poll returned nothing for.
+
+        (Probes list every assigned key in each poll, empty or not, so online the fragments
+        carry these; offline Jepsen histories only list keys with records.)
+        """
+        tracked = self._track(op)
+        if op.type != "ok" or op.f not in ("poll", "txn") or not any(
+            m[0] == "poll" for m in op.value or ()
+        ):
+            return
+        polled = {fr.key for fr in frags if fr.reads is not None}
+        for k in tracked - polled:
+            st = self.keys.get(k)
+            if st is not None:
+                realtime_lag.sample_tracked(st, op.process, invoke_time, self.sink)
+            else:
+                self.sink.lags.append((invoke_time, op.process, k, 0))
+        tracked.update(k for k in polled if k not in tracked)
+
+    def _track(self, op: Op) -> set[Any]:
+        """Each process's consumed keys: assign sets them; rebalances and polls adjust them."""
+        p = op.process
+        if op.f in ("assign", "subscribe") and op.type == "ok":
+            keys = self.tracked[p] = set(op.value or ()) if op.f == "assign" else set()
+            return keys
+        keys = self.tracked.get(p)
+        if keys is None:
+            keys = self.tracked[p] = set()
+        for r in op.rebalance_log:
+            if r.kind in ("revoked", "lost"):
+                keys.difference_update(r.keys)
+            elif r.kind == "assigned":
+                keys.update(r.keys)
+        return keys
+
+    def _crash(self, process: Any) -> None:
+        """A crashed client's replacement consumer starts afresh: forget its positions."""
+        for st in self.keys.values():
+            st.procs.pop(process, None)
+        self.tracked.pop(process, None)
+
+    def advance(self, watermark: int) -> None:
+        for st in self.keys.values():
+            fold.advance(st, watermark, self.fold_config, self.sink)
+        self._route_facts()
+        self.txns.advance(watermark)
+
+    def run(self, ops: Iterable[Op]) -> Report:
+        for op in ops:
+            self.apply(op)
+        return self.finish()
+
+    def finish(self) -> Report:
+        for st in self.keys.values():
+            fold.finish(st, self.sink)
+        self._route_facts()
+        anomalies = list(self.sink.anomalies)
+        if self.config.cycles:
+            anomalies.extend(find_cycles(self._graph()))
+        errors = merge_anomalies(anomalies)
+        counts, messages = {}, {}
+        for k, st in self.keys.items():
+            vals = [v for v, _ in unseen_values(st)]
+            if vals or st.unseen_decided:
+                counts[k] = len(vals) + st.unseen_decided
+                messages[k] = vals
+        reason = None
+        if self.workload_ops == 0:
+            reason = "no send, poll or txn operations: nothing was tested"
+        valid = reason is None and not invalidating(list(errors), self.config.isolation)
+        stats = {"ops": self.ops, "keys": len(self.keys),
+                 "late-observations": sum(st.late for st in self.keys.values())}
+        return Report(valid, errors, counts, messages, list(self.sink.lags),
+                      self.config.isolation, reason, stats)
+
+    def _graph(self) -> Graph:
+        g: Graph = {}
+        for reader, key, value in self.highest_reads:
+            st = self.keys[key]
+            i, rec = st.record_of(st.code(value))
+            flags, writer = (st.flg[i], st.wref[i]) if i >= 0 else (
+                (rec[1], rec[2]) if rec is not None else (0, -1))
+            if writer >= 0 and flags & W_ANY and not flags & W_FAIL:
+                add_edge(g, writer, reader, "wr", key, value)
+        if self.config.ww_deps:
+            for key, st in self.keys.items():
+                _ww_edges(g, key, st)
+        return g
+
+
+def _ww_edges(g: Graph, key: Any, st: KeyState) -> None:
+    prev = -1
+    for i in range(len(st.val)):
+        f = st.flg[i]
+        if not f & VER or not f & OCCUPIED or st.val[i] == EMPTY:
+            continue
+        writer = st.wref[i] if f & W_ANY and not f & W_FAIL else -1
+        if writer >= 0 and prev >= 0:
+            add_edge(g, prev, writer, "ww", key, st.value(st.val[i]))
+        if writer >= 0:
+            prev = writer
+
+
+def _offset(pair: tuple[int, Any]) -> int:
+    return pair[0]

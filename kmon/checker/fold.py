@@ -1,0 +1,235 @@
+"""The per-key fold: apply one fragment to a key's state, let time pass, finish.
+
+``apply`` runs the detectors in a fixed order (the op's sends, then its reads) so an op that
+reads its own write sees that write's writer. ``advance`` takes the event-time watermark: it
+emits verdicts whose grace period is over and compacts what nothing can refer to any more.
+``finish`` is the end of an offline history: every pending verdict is decided.
+
+The fold is the same online and offline; only the grace period differs (offline: none, decide at
+the end). Fragments of one process must arrive in that process's op order; fragments of
+different processes may interleave arbitrarily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kmon.checker import aborted_read, lost_write, poll_skip, realtime_lag, send_order, unseen
+from kmon.checker.fragment import Fragment
+from kmon.checker.sink import Sink
+from kmon.checker.state import (
+    CHUNK,
+    CHUNK_BITS,
+    INF,
+    MULTI,
+    OCCUPIED,
+    OUTCOME_FLAG,
+    READ,
+    UNSEEN_DONE,
+    VER,
+    W_ANY,
+    W_FAIL,
+    W_INFO,
+    W_OK,
+    KeyState,
+    ProcPos,
+)
+from kmon.checker.values import EMPTY, is_direct
+from kmon.checker.version_order import place_read, place_send
+
+
+@dataclass(frozen=True, slots=True)
+class FoldConfig:
+    # How long to wait for late evidence before an absence verdict, and how long state must
+    # outlive the events that touched it. None: offline, wait for the end of the history.
+    grace_ns: int | None = None
+    # After how long an acknowledged, unread value gets an ``unseen`` verdict (online only).
+    unseen_grace_ns: int | None = None
+    collect_lags: bool = True
+
+
+def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
+    if fr.type == "invoke":
+        if fr.sends:
+            _register_invoke(st, fr)
+        return
+    pp = st.procs.get(fr.process)
+    if pp is None:
+        pp = st.procs[fr.process] = ProcPos()
+    pp.time = fr.time
+    if fr.time > st.max_time:
+        st.max_time = fr.time
+    if fr.assigned or fr.rebalanced:
+        pp.poll_off = None  # the consumer restarts from a committed offset: no order to check
+    deadline = INF if cfg.grace_ns is None else fr.time + cfg.grace_ns
+    if fr.sends:
+        _apply_sends(st, pp, fr, deadline, sink)
+    if fr.reads is not None:
+        _apply_reads(st, pp, fr, deadline, cfg, sink)
+
+
+def _register_invoke(st: KeyState, fr: Fragment) -> None:
+    """Remember who is writing what, so reads that beat the completion know their writer."""
+    flags = MULTI if fr.n_writes > 1 else 0
+    loose = st.loose
+    for v, _ in fr.sends:
+        c = st.code(v)
+        if c not in loose:
+            loose[c] = [None, flags, fr.op, 0, fr.time]
+
+
+def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
+    wflags = OUTCOME_FLAG.get(fr.type, W_INFO) | (MULTI if fr.n_writes > 1 else 0)
+    placed = []
+    for v, off in fr.sends:
+        c = st.code(v)
+        i = place_send(st, off, c, wflags, fr, sink)
+        aborted_read.writer_known(st, c, fr.time, sink)
+        if off is not None:
+            placed.append((off, v))
+            if i >= 0:
+                lost_write.sent_below_reads(st, i, deadline)
+        if wflags & W_OK and i >= 0 and st.flg[i] & READ:
+            sink.e2e.append((st.key, 0))  # a poll saw it before the ack arrived
+    if len(placed) > 1:
+        send_order.within_op(st, placed, fr.op, fr.process, sink)
+    if placed and fr.type == "ok":
+        send_order.between_ops(st, pp, placed, fr.op, fr.process, sink)
+
+
+_DIRECT_MIN = -(1 << 62)
+_DIRECT_END = 1 << 62
+_NEEDS_JUDGING = W_FAIL | MULTI  # reads of these writers' values may be G1a or atomicity facts
+
+
+def _apply_reads(
+    st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, cfg: FoldConfig, sink: Sink
+) -> None:
+    reads = fr.reads
+    ok = fr.type == "ok"
+    if reads:
+        own = {st.code(v) for v, _ in fr.sends} if fr.sends else None
+        own_read = []
+        internal = not fr.rebalanced
+        t = fr.time
+        prev_off = prev_v = None
+        hi = -1
+        for off, v in reads:
+            c = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
+            i = off - st.base
+            f = st.flg[i] if 0 <= i < len(st.flg) and st.val[i] == c else 0
+            if f & OCCUPIED and f & W_ANY and not f & _NEEDS_JUDGING:
+                # The common case: read where its committed send put it. Nothing to judge.
+                if not f & READ:
+                    a = st.atime[i]
+                    if a:
+                        sink.e2e.append((st.key, t - a if t > a else 0))
+                    st.flg[i] = f | VER | READ
+                ch = i >> CHUNK_BITS
+                if t > st.ctime[ch]:
+                    st.ctime[ch] = t
+            else:
+                place_read(st, off, c, fr, sink)
+                aborted_read.judge_read(st, c, off, fr.op, fr.process, t, deadline, sink)
+            if own is not None and c in own:
+                own_read.append(v)
+            if prev_off is not None and off != prev_off + 1 and internal:
+                poll_skip.within_op(st, prev_off, prev_v, off, v, fr.op, fr.process, sink)
+            prev_off, prev_v = off, v
+            if off > hi:
+                hi = off
+        if own_read:
+            aborted_read.precommitted(st, fr.op, own_read, sink)
+        if hi > st.frontier:
+            lost_write.reads_reached(st, hi, fr.op, deadline)
+        if ok:
+            first_off, first_v = reads[0]
+            last = pp.poll_off
+            if last is not None and first_off != last + 1 and not fr.rebalanced:
+                poll_skip.between_ops(st, last, pp.poll_val, pp.poll_op, first_off, first_v,
+                                      fr.op, fr.process, sink)
+            pp.poll_off, pp.poll_val, pp.poll_op = prev_off, prev_v, fr.op
+            if hi > pp.lag_pos:
+                pp.lag_pos = hi
+    if ok and cfg.collect_lags:
+        realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, fr.process, sink)
+
+
+def advance(st: KeyState, watermark: int, cfg: FoldConfig, sink: Sink) -> None:
+    """Event time has reached ``watermark``: emit due verdicts, then forget what is settled."""
+    lost_write.decide(st, watermark, sink)
+    if st.pending_reads:  # readers whose writer never showed up: nothing can be concluded
+        for code in [c for c, w in st.pending_reads.items() if w[2] <= watermark]:
+            del st.pending_reads[code]
+    if cfg.unseen_grace_ns is not None:
+        unseen.decide(st, watermark, cfg.unseen_grace_ns, sink)
+    if cfg.grace_ns is not None:
+        _compact(st, watermark - cfg.grace_ns, cfg.unseen_grace_ns is not None)
+
+
+def finish(st: KeyState, sink: Sink) -> None:
+    """End of an offline history: nothing more will arrive, decide every candidate."""
+    lost_write.decide(st, INF, sink)
+
+
+def _pinned_offset(st: KeyState) -> int:
+    """Lowest offset a pending verdict still refers to."""
+    low = INF
+    for cand in st.cands:
+        low = min(low, cand[1])
+    for waiting in st.pending_reads.values():
+        low = min(low, waiting[1])
+    return low
+
+
+def _chunk_settled(st: KeyState, c: int, unseen_decided: bool) -> bool:
+    flg = st.flg
+    for i in range(c << CHUNK_BITS, (c + 1) << CHUNK_BITS):
+        f = flg[i]
+        if f & W_OK and f & OCCUPIED and not f & READ and not (unseen_decided and f & UNSEEN_DONE):
+            return False  # an acknowledged value nobody has read: keep it until it is judged
+    return True
+
+
+def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
+    full = len(st.val) >> CHUNK_BITS
+    pinned = _pinned_offset(st)
+    drop = 0
+    while (
+        drop < full
+        and st.ctime[drop] <= horizon
+        and st.base + ((drop + 1) << CHUNK_BITS) <= pinned
+        and _chunk_settled(st, drop, unseen_decided)
+    ):
+        drop += 1
+    _forget_idle(st, horizon)
+    if not drop:
+        return
+    n = drop * CHUNK
+    flg = st.flg
+    st.unseen_decided += sum(
+        1 for i in range(n) if flg[i] & W_OK and flg[i] & OCCUPIED and not flg[i] & READ
+    )
+    for arr in (st.val, st.flg, st.wref, st.atime):
+        del arr[:n]
+    del st.ctime[:drop]
+    del st.amin[:drop]
+    st.base += n
+    st.compacted = True
+    st.rebuild_index()
+    if st.vals:
+        live = {c for c in st.val if c != EMPTY and not is_direct(c)} | set(st.loose)
+        st.vals = {c: v for c, v in st.vals.items() if c in live}
+
+
+def _forget_idle(st: KeyState, horizon: int) -> None:
+    """Drop positions of processes idle on this key, and loose records, past the horizon."""
+    for p in [p for p, pp in st.procs.items() if pp.time <= horizon]:
+        del st.procs[p]
+    for c in [c for c, rec in st.loose.items() if rec[4] <= horizon]:
+        f = st.loose[c][1]
+        if f & W_OK and not f & READ:
+            if not f & UNSEEN_DONE:
+                continue  # acknowledged, unread, not yet judged unseen: keep
+            st.unseen_decided += 1
+        del st.loose[c]

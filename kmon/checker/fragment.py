@@ -1,0 +1,121 @@
+"""Splitting an op into per-key fragments: what one op did to one key.
+
+The per-key fold only ever sees fragments, so the same code runs offline (one process feeding
+every key) and online (Spark grouping fragments by key). A fragment carries just what the key's
+checks need: the op's identity and outcome, its sends and reads of this key in op order, whether
+an assign/subscribe or a rebalance touched the key, and how many values the whole op wrote (ops
+writing two or more values are checked for atomicity by the transaction stage).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kmon.history.model import Op
+
+
+class Fragment:
+    __slots__ = (
+        "assigned",
+        "f",
+        "invoke_time",
+        "key",
+        "n_writes",
+        "op",
+        "process",
+        "reads",
+        "rebalanced",
+        "sends",
+        "time",
+        "type",
+    )
+
+    def __init__(
+        self,
+        key: Any,
+        op: int,
+        process: Any,
+        type: str,
+        f: str,
+        time: int,
+        invoke_time: int,
+        sends: list | None = None,
+        reads: list | None = None,
+        assigned: bool = False,
+        rebalanced: bool = False,
+        n_writes: int = 0,
+    ) -> None:
+        self.key = key
+        self.op = op
+        self.process = process
+        self.type = type
+        self.f = f
+        self.time = time
+        self.invoke_time = invoke_time
+        # [(value, offset | None), ...] sent to this key, in op order
+        self.sends = sends
+        # [(offset, value), ...] read from this key, in op order; [] when the op polled and the
+        # key was tracked but nothing came back; None when the op did not poll this key.
+        self.reads = reads
+        self.assigned = assigned
+        self.rebalanced = rebalanced
+        self.n_writes = n_writes
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (
+            f"Fragment(key={self.key!r}, op={self.op}, p={self.process!r}, {self.type} {self.f},"
+            f" sends={self.sends}, reads={self.reads}, assigned={self.assigned},"
+            f" rebalanced={self.rebalanced}, n_writes={self.n_writes})"
+        )
+
+
+_MOP_FS = frozenset(("send", "poll", "txn"))
+
+
+def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
+    """Fragments of ``op``, one per key it touched.
+
+    Read lists are shared with the op, not copied: fragments are read-only.
+    """
+    f, t, ty, idx, proc = op.f, op.time, op.type, op.index, op.process
+    it = t if invoke_time is None else invoke_time
+    by_key: dict[Any, Fragment] = {}
+    if f in _MOP_FS and op.value:
+        n_writes = 0
+        for m in op.value:
+            if m[0] == "send":
+                n_writes += 1
+                k = m[1]
+                fr = by_key.get(k)
+                if fr is None:
+                    fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
+                if fr.sends is None:
+                    fr.sends = [(m[2], m[3])]
+                else:
+                    fr.sends.append((m[2], m[3]))
+            elif m[0] == "poll":
+                for k, pairs in (m[1] or {}).items():
+                    fr = by_key.get(k)
+                    if fr is None:
+                        fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
+                    fr.reads = pairs if fr.reads is None else [*fr.reads, *pairs]
+        if n_writes > 1:
+            for fr in by_key.values():
+                fr.n_writes = n_writes
+        elif n_writes:
+            for fr in by_key.values():
+                fr.n_writes = 1
+    elif f in ("assign", "subscribe") and ty != "invoke" and op.value:
+        for k in op.value:
+            fr = by_key.get(k)
+            if fr is None:
+                fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
+            fr.assigned = True
+    if op.rebalance_log and ty != "invoke":
+        for r in op.rebalance_log:
+            for k in r.keys:
+                fr = by_key.get(k)
+                if fr is None:
+                    fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
+                fr.rebalanced = True
+    return list(by_key.values())

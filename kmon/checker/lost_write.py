@@ -1,0 +1,102 @@
+"""Lost writes: acknowledged values that readers went past without ever seeing.
+
+``lost-write``: a value in the version order (an ok send reported its offset) that no poll ever
+read, although some poll read a higher offset of the key. Consumers read a partition in order
+from a committed position, so reading past an offset means everything visible below it should
+have been seen by someone.
+Example (Bufstream #5): ``ok send 12 [662 663]``; polls read ``[661 662]`` then ``[664 665]``;
+nobody ever reads 663.
+
+Absence needs patience online: when reads first pass an unread value it becomes a *candidate*
+with a deadline (grace period after that read); if by the watermark's passing the deadline still
+nobody read it, the verdict is emitted, once. Offline the deadline is the end of the history.
+
+Writes of ops that wrote two or more values also yield ``invisible`` facts at that point, whatever
+the writer's outcome, so the transaction stage can find torn transactions, and lost writes of
+``info`` writers that another of their writes proves committed.
+
+Record: ``{key, value, offset, writer, reader, max-read-offset}`` (``reader``: the op whose read
+went past the value).
+"""
+
+from __future__ import annotations
+
+from kmon.checker.anomaly import LOST_WRITE
+from kmon.checker.sink import Sink, TxnFact
+from kmon.checker.state import (
+    CAND,
+    DECIDED,
+    FLAG_OUTCOME,
+    MULTI,
+    OCCUPIED,
+    READ,
+    SENT,
+    VER,
+    W_ANY,
+    W_FAIL,
+    W_INFO,
+    KeyState,
+)
+
+_DONE = READ | CAND | DECIDED
+
+
+def _matters(f: int) -> bool:
+    """Does this unread slot's absence prove something? (a lost write or an invisible write)"""
+    return bool(f & VER) or (f & (SENT | MULTI) == SENT | MULTI and bool(f & (W_INFO | W_FAIL)))
+
+
+def reads_reached(st: KeyState, hi: int, reader: int, deadline: int) -> None:
+    """Polls have now read offset ``hi``: unread values below it become candidates."""
+    lo = st.frontier
+    if hi <= lo:
+        return
+    st.frontier = hi
+    st.frontier_op = reader
+    flg, cands, base = st.flg, st.cands, st.base
+    start = lo + 1 - base if lo + 1 > base else 0
+    end = hi - base if hi - base < len(flg) else len(flg)
+    for i in range(start, end):
+        f = flg[i]
+        if f & OCCUPIED and not f & _DONE and _matters(f):
+            flg[i] = f | CAND
+            cands.append([deadline, base + i, reader])
+
+
+def sent_below_reads(st: KeyState, i: int, deadline: int) -> None:
+    """A send completed at an offset readers have already passed."""
+    f = st.flg[i]
+    if st.base + i < st.frontier and not f & _DONE and _matters(f):
+        st.flg[i] = f | CAND
+        st.cands.append([deadline, st.base + i, st.frontier_op])
+
+
+def decide(st: KeyState, watermark: int, sink: Sink) -> None:
+    """Emit verdicts for candidates whose deadline the watermark has passed."""
+    if not st.cands:
+        return
+    keep = []
+    for cand in st.cands:
+        if cand[0] > watermark:
+            keep.append(cand)
+        else:
+            _verdict(st, cand[1], cand[2], sink)
+    st.cands = keep
+
+
+def _verdict(st: KeyState, off: int, reader: int, sink: Sink) -> None:
+    i = off - st.base
+    f = st.flg[i]
+    st.flg[i] = (f & ~CAND) | DECIDED
+    code = st.val[i]
+    home = st.find(code)
+    if f & READ or (home >= 0 and st.flg[home - st.base] & READ):
+        return
+    value, writer = st.value(code), st.wref[i]
+    if f & VER:
+        sink.anomaly(LOST_WRITE, {"key": st.key, "value": value, "offset": off,
+                                  "writer": writer, "reader": reader,
+                                  "max-read-offset": st.frontier})
+    if f & MULTI:  # part of a multi-write op: the transaction stage judges its atomicity
+        sink.facts.append(TxnFact("invisible", writer, st.key, value, off,
+                                  FLAG_OUTCOME[f & W_ANY], st.max_time))

@@ -1,0 +1,65 @@
+"""Realtime lag: how long a consumer has been behind the end of a key's log.
+
+For each ok poll and each key the process tracks (keys it polled, or was assigned), the lag is a
+conservative lower bound: the poll's invocation time minus the earliest moment the offset it had
+caught up to stopped being the last one, i.e. the earliest ok-acknowledgement of any higher
+offset. Zero when nothing higher had been acknowledged before the poll began.
+Example: ``ok send x [0 a]`` at t=1, poll at t=2 reads 0; ``ok send x [1 b]`` at t=3; a poll
+invoked at t=4 returns nothing: its lag is 4 - 3 = 1.
+
+Sample: ``{time, process, key, lag}`` (nanoseconds; ``time`` is the poll's invocation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kmon.checker.sink import Sink
+from kmon.checker.state import BLOCK_BITS, CHUNK, CHUNK_BITS, INF, OCCUPIED, KeyState
+
+
+def first_ack_after(st: KeyState, pos: int) -> int:
+    """Earliest ok-ack time of any offset above ``pos`` in the window (INF if none).
+
+    Scans at most one partial block, then per-block minima to the chunk's end, then per-chunk
+    minima: exact, and cheap however far behind the consumer is.
+    """
+    if pos >= st.last_ack:
+        return INF  # caught up with every acknowledged write
+    n = len(st.atime)
+    start = pos + 1 - st.base
+    if start < 0:
+        start = 0
+    if start >= n:
+        return INF
+    atime, flg = st.atime, st.flg
+    best = INF
+    block_end = ((start >> BLOCK_BITS) + 1) << BLOCK_BITS
+    for i in range(start, block_end if block_end < n else n):
+        a = atime[i]
+        if a and a < best and flg[i] & OCCUPIED:
+            best = a
+    chunk_end = block_end
+    if block_end & (CHUNK - 1):
+        chunk_end = ((block_end >> CHUNK_BITS) + 1) << CHUNK_BITS
+    bmin = st.bmin
+    for b in range(block_end >> BLOCK_BITS, min(chunk_end >> BLOCK_BITS, len(bmin))):
+        if bmin[b] < best:
+            best = bmin[b]
+    amin = st.amin
+    for c in range(chunk_end >> CHUNK_BITS, len(amin)):
+        if amin[c] < best:
+            best = amin[c]
+    return best
+
+
+def sample_tracked(st: KeyState, process: Any, invoke_time: int, sink: Sink) -> None:
+    """Lag of a key the process tracks but that this poll returned nothing for."""
+    pp = st.procs.get(process)
+    sample(st, pp.lag_pos if pp is not None else -1, invoke_time, process, sink)
+
+
+def sample(st: KeyState, pos: int, invoke_time: int, process: Any, sink: Sink) -> None:
+    behind_since = first_ack_after(st, pos)
+    lag = invoke_time - behind_since if behind_since < invoke_time else 0
+    sink.lags.append((invoke_time, process, st.key, lag))

@@ -1,0 +1,68 @@
+"""Where the fold puts what it finds: anomalies, facts for the transaction stage, samples.
+
+Detectors only append here; judging (the policy) and reporting happen elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kmon.checker.anomaly import Anomaly
+
+
+@dataclass(slots=True)
+class TxnFact:
+    """What one key learned about one write of a multi-write op (transaction ``writer``).
+
+    ``kind`` is ``visible`` (some poll read one of the op's values on this key) or ``invisible``
+    (the value sits below what readers of the key have read past, yet nobody read it, and the
+    grace period is over: it never will be visible).
+    """
+
+    kind: str
+    writer: int
+    key: Any
+    value: Any
+    offset: int | None
+    outcome: str  # ok / info / fail / unknown, as the writer's completion said
+    time: int
+
+
+# One realtime-lag sample: (the poll's invocation time ns, process, key, lag ns). A plain tuple:
+# one is made per ok poll and tracked key, so they must be cheap.
+LagSample = tuple[int, Any, Any, int]
+
+
+@dataclass(slots=True)
+class Edge:
+    """A write-read dependency: ``reader``'s highest read of ``key`` was ``writer``'s value."""
+
+    writer: int
+    reader: int
+    key: Any
+    value: Any
+
+
+@dataclass
+class Sink:
+    anomalies: list[Anomaly] = field(default_factory=list)
+    facts: list[TxnFact] = field(default_factory=list)
+    lags: list[LagSample] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
+    unseen: list[tuple[Any, Any, int | None, int]] = field(default_factory=list)
+    # first-read delays (ns) of acked values: send acked -> first poll that saw it
+    e2e: list[tuple[Any, int]] = field(default_factory=list)
+    collect_lags: bool = True
+    collect_edges: bool = False
+
+    def anomaly(self, type: str, record: dict[str, Any]) -> None:
+        self.anomalies.append(Anomaly(type, record))
+
+    def clear(self) -> None:
+        self.anomalies.clear()
+        self.facts.clear()
+        self.lags.clear()
+        self.edges.clear()
+        self.unseen.clear()
+        self.e2e.clear()

@@ -1,0 +1,81 @@
+"""The transaction stage: atomicity across keys, from facts the per-key folds send.
+
+- ``torn-transaction`` (found by hand in Jepsen's Bufstream analysis, KAFKA-17754; Jepsen's
+  checker does not detect it): an op that wrote two or more values, some of which became
+  visible while others provably never will (readers went past them, the grace period ended).
+  Whatever the op's outcome, it is not atomic.
+  Example: ``fail txn [[send 5 [653 424]] [send 17 [1360 926]]]``; polls read 424 from key 5,
+  and read key 17 past offset 1360 without ever seeing 926.
+- ``lost-write`` of an ``info`` writer: an op whose outcome the client never learned, but one
+  of whose values was read, must have committed; its other values that readers went past
+  without seeing are lost. (An ``ok`` writer's lost writes are reported by its key's fold.)
+
+Online this is a second stage keyed by the writer op, fed by per-key facts; offline the same
+class runs in process. Record: ``{key, writer, visible: [[key, value, offset], ...],
+invisible: [[key, value, offset], ...]}`` where ``key`` is the first invisible write's key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kmon.checker.anomaly import LOST_WRITE, TORN_TRANSACTION
+from kmon.checker.sink import Sink, TxnFact
+
+
+class TxnState:
+    __slots__ = ("invisible", "lost_reported", "time", "torn_reported", "visible")
+
+    def __init__(self) -> None:
+        self.visible: list[list[Any]] = []
+        self.invisible: list[list[Any]] = []  # [key, value, offset, outcome]
+        self.torn_reported = 0  # how many invisible writes the last torn record listed
+        self.lost_reported = 0  # invisible info writes already reported lost
+        self.time = 0
+
+
+class TxnStage:
+    """Per-writer atomicity state. ``grace_ns`` None: keep everything (offline)."""
+
+    def __init__(self, grace_ns: int | None = None) -> None:
+        self.grace_ns = grace_ns
+        self.txns: dict[Any, TxnState] = {}
+
+    def apply(self, fact: TxnFact, sink: Sink) -> None:
+        ts = self.txns.get(fact.writer)
+        if ts is None:
+            ts = self.txns[fact.writer] = TxnState()
+        ts.time = max(ts.time, fact.time)
+        if fact.kind == "visible":
+            ts.visible.append([fact.key, fact.value, fact.offset])
+        else:
+            ts.invisible.append([fact.key, fact.value, fact.offset, fact.outcome])
+        judge(fact.writer, ts, sink)
+
+    def advance(self, watermark: int) -> None:
+        if self.grace_ns is None:
+            return
+        # Invisible facts come a grace period after the reads; keep visible ones twice as long.
+        horizon = watermark - 2 * self.grace_ns
+        for w in [w for w, ts in self.txns.items() if ts.time <= horizon]:
+            del self.txns[w]
+
+
+def judge(writer: Any, ts: TxnState, sink: Sink) -> None:
+    """Report what the facts so far prove about ``writer``, each thing once."""
+    if not ts.visible or not ts.invisible:
+        return
+    if len(ts.invisible) > ts.torn_reported:
+        ts.torn_reported = len(ts.invisible)
+        sink.anomaly(TORN_TRANSACTION, {
+            "key": ts.invisible[0][0],
+            "writer": writer,
+            "visible": [list(v) for v in ts.visible],
+            "invisible": [inv[:3] for inv in ts.invisible],
+        })
+    # A visible write proves the op committed: its unseen writes were lost.
+    for inv in ts.invisible[ts.lost_reported:]:
+        if inv[3] in ("info", "unknown"):
+            sink.anomaly(LOST_WRITE, {"key": inv[0], "value": inv[1], "offset": inv[2],
+                                      "writer": writer})
+    ts.lost_reported = len(ts.invisible)

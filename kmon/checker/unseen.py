@@ -1,0 +1,55 @@
+"""Unseen values: acknowledged by the cluster, never read by any poll (yet).
+
+Not an error by itself: the tail of a log is always briefly unseen, and a consumer may simply be
+behind. Offline, ``kmon check`` reports the values still unseen at the end of the history, per
+key. Online, a value unseen for longer than the unseen grace period gets one ``unseen`` verdict
+(evidence for on-call), and the monitor exports counts as gauges.
+Example: ``ok send k [4 x]`` and no poll of k ever returns x.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kmon.checker.sink import Sink
+from kmon.checker.state import OCCUPIED, READ, UNSEEN_DONE, W_OK, KeyState
+
+
+def _acked_unread(f: int) -> bool:
+    return f & W_OK and f & OCCUPIED and not f & READ
+
+
+def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
+    """(value, offset) of every acknowledged value not read, in offset order."""
+    out: list[tuple[Any, int | None]] = []
+    seen: set[int] = set()
+    flg, val, base = st.flg, st.val, st.base
+    for i in range(len(flg)):
+        f = flg[i]
+        if _acked_unread(f) and val[i] not in seen and st.find(val[i]) == base + i:
+            seen.add(val[i])
+            out.append((st.value(val[i]), base + i))
+    for code, rec in st.loose.items():
+        if rec[1] & W_OK and not rec[1] & READ and code not in seen:
+            out.append((st.value(code), rec[0]))
+    return out
+
+
+def unseen_count(st: KeyState) -> int:
+    return len(unseen_values(st)) + st.unseen_decided
+
+
+def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
+    """Give one ``unseen`` verdict to values acknowledged more than ``grace`` ago, still unread."""
+    flg, atime = st.flg, st.atime
+    horizon = watermark - grace
+    for i in range(len(flg)):
+        f = flg[i]
+        if _acked_unread(f) and not f & UNSEEN_DONE and 0 < atime[i] <= horizon:
+            flg[i] = f | UNSEEN_DONE
+            sink.unseen.append((st.key, st.value(st.val[i]), st.base + i, atime[i]))
+    for code, rec in st.loose.items():  # acknowledged without an offset
+        f = rec[1]
+        if f & W_OK and not f & (READ | UNSEEN_DONE) and 0 < rec[3] <= horizon:
+            rec[1] = f | UNSEEN_DONE
+            sink.unseen.append((st.key, st.value(code), rec[0], rec[3]))

@@ -1,0 +1,60 @@
+"""lost-write, with ok and info writers."""
+
+from tests.checker.helpers import check, history, poll, send
+
+
+def test_everything_read_is_not_lost():
+    h = history((0, "ok", "send", [send(1, 1, 0)]), (0, "ok", "send", [send(1, 2, 1)]),
+                (1, "ok", "poll", [poll({1: [(0, 1)]})]), (2, "ok", "poll", [poll({1: [(1, 2)]})]))
+    assert check(h).errors == {}
+
+
+def test_tail_not_read_yet_is_unseen_not_lost():
+    h = history((0, "ok", "send", [send(1, 1, 0)]), (0, "ok", "send", [send(1, 2, 1)]),
+                (1, "ok", "poll", [poll({1: [(0, 1)]})]))
+    r = check(h)
+    assert r.errors == {} and r.unseen_counts == {1: 1} and r.unseen_messages == {1: [2]}
+
+
+def test_bufstream_lost_transaction_write():
+    # Bufstream 0.1.2 #4: a committed transaction's write of 141 at offset 274 vanished;
+    # every poller went from 273 straight to 277.
+    h = history(
+        (7, "ok", "send", [send(11, 48, 83), send(5, 141, 274)]),
+        (3, "ok", "poll", [poll({5: [(272, 140), (273, 142), (277, 144), (278, 145)]})]),
+        (4, "ok", "poll", [poll({5: [(273, 142), (277, 144)]})]),
+        (5, "ok", "poll", [poll({11: [(83, 48)]})]),
+    )
+    lost = check(h).errors["lost-write"]
+    assert [(e["key"], e["value"], e["offset"], e["writer"]) for e in lost] == [(5, 141, 274, 1)]
+
+
+def test_ack_arriving_after_readers_passed():
+    h = history((1, "ok", "poll", [poll({1: [(0, 1), (2, 3)]})]),
+                (0, "ok", "send", [send(1, 2, 1)]))
+    assert [e["value"] for e in check(h).errors["lost-write"]] == [2]
+
+
+def test_failed_and_info_writes_are_never_lost():
+    h = history((0, "fail", "send", [send(1, 2, 1)]), (0, "info", "send", [send(1, 4, 3)]),
+                (1, "ok", "poll", [poll({1: [(0, 1), (2, 3), (5, 6)]})]))
+    assert check(h).errors == {}
+
+
+def test_info_writer_proven_committed_by_another_read():
+    # The client never learned the transaction's fate, but one of its writes was read: it
+    # committed, so its other write, which readers went past, was lost.
+    h = history(
+        (0, "info", "txn", [send(1, 10, 1), send(2, 20, 1)]),
+        (1, "ok", "poll", [poll({1: [(0, 9), (1, 10)]})]),
+        (2, "ok", "poll", [poll({2: [(0, 19), (2, 21)]})]),
+    )
+    r = check(h)
+    assert [(e["key"], e["value"], e["writer"]) for e in r.errors["lost-write"]] == [(2, 20, 1)]
+    assert "torn-transaction" in r.errors
+
+
+def test_info_writer_never_read_is_not_lost():
+    h = history((0, "info", "txn", [send(1, 10, 1), send(2, 20, 1)]),
+                (2, "ok", "poll", [poll({1: [(0, 9), (2, 11)], 2: [(0, 19), (2, 21)]})]))
+    assert check(h).errors == {}

@@ -1,0 +1,145 @@
+"""poll-skip, nonmonotonic-poll, int-poll-skip, int-nonmonotonic-poll, and their exemptions."""
+
+from tests.checker.helpers import check, history, op, poll, send
+
+WRITES = [(0, "ok", "send", [send(1, v, o)]) for o, v in enumerate("abcde")]
+# Another consumer reads everything, so only the order checks under test can fire.
+READ_ALL = (9, "ok", "poll", [poll({1: list(enumerate("abcde"))})])
+
+
+def test_successive_polls_in_order():
+    h = history(
+        *WRITES,
+        (1, "ok", "poll", [poll({1: [(0, "a"), (1, "b")]})]),
+        (1, "ok", "poll", [poll({1: [(2, "c")]})]),
+    )
+    assert check(h).errors == {}
+
+
+def test_skip_between_polls():
+    h = history(
+        *WRITES,
+        (1, "ok", "poll", [poll({1: [(0, "a")]})]),
+        (1, "ok", "poll", [poll({1: [(3, "d"), (4, "e")]})]),
+        (2, "ok", "poll", [poll({1: [(0, "a"), (1, "b"), (2, "c")]})]),
+    )
+    r = check(h)
+    assert r.errors == {
+        "poll-skip": [
+            {
+                "key": 1,
+                "process": 1,
+                "ops": [11, 13],
+                "offsets": [0, 3],
+                "values": ["a", "d"],
+                "skipped": ["b", "c"],
+                "delta": 3,
+            }
+        ]
+    }
+
+
+def test_gap_without_values_is_not_a_skip():
+    # Offsets 1-2 hold a transaction marker and an aborted record: invisible, not skipped.
+    h = history(
+        (0, "ok", "send", [send(1, "a", 0)]),
+        (0, "fail", "send", [send(1, "x", 2)]),
+        (0, "ok", "send", [send(1, "b", 3)]),
+        (1, "ok", "poll", [poll({1: [(0, "a")]})]),
+        (1, "ok", "poll", [poll({1: [(3, "b")]})]),
+    )
+    assert check(h).errors == {}
+
+
+def test_backwards_and_repeated_polls():
+    h = history(
+        *WRITES,
+        (1, "ok", "poll", [poll({1: [(2, "c")]})]),
+        (1, "ok", "poll", [poll({1: [(2, "c")]})]),
+        (1, "ok", "poll", [poll({1: [(0, "a"), (1, "b")]})]),
+    )
+    errs = check(h).errors["nonmonotonic-poll"]
+    assert [(e["offsets"], e["delta"]) for e in errs] == [([2, 2], 0), ([2, 0], -2)]
+
+
+def test_rebalance_or_assign_exempts():
+    h = history(
+        *WRITES,
+        READ_ALL,
+        (1, "ok", "poll", [poll({1: [(2, "c")]})]),
+        (1, "ok", "assign", [1]),
+        (1, "ok", "poll", [poll({1: [(0, "a")]})]),
+    )
+    h.append(op(len(h), 1, "invoke", "poll", [poll()]))
+    h.append(op(len(h), 1, "ok", "poll", [poll({1: [(4, "e")]})], rebalance=[1]))
+    assert check(h).errors == {}
+
+
+def test_aborted_polls_do_not_advance_the_position():
+    # The client rewinds after an abort (KAFKA-17582), so the next committed poll repeats.
+    h = history(
+        *WRITES,
+        (1, "ok", "txn", [poll({1: [(0, "a")]})]),
+        (1, "fail", "txn", [poll({1: [(1, "b"), (2, "c")]})]),
+        (1, "ok", "txn", [poll({1: [(1, "b"), (2, "c"), (3, "d")]})]),
+    )
+    assert check(h).errors == {}
+
+
+def test_consumer_that_did_not_rewind_after_abort():
+    # KAFKA-17582: after an aborted transaction polled 12-17 the consumer carried on at 18,
+    # so those records were never consumed by a committed transaction.
+    writes = [(0, "ok", "send", [send("t", 100 + o, o)]) for o in range(10, 20)]
+    h = history(
+        *writes,
+        (1, "ok", "txn", [poll({"t": [(10, 110), (11, 111)]})]),
+        (1, "fail", "txn", [poll({"t": [(12, 112), (14, 114), (15, 115), (17, 117)]})]),
+        (1, "ok", "txn", [poll({"t": [(18, 118), (19, 119)]})]),
+    )
+    errs = check(h).errors
+    assert errs["poll-skip"][0]["skipped"] == [112, 113, 114, 115, 116, 117]
+    # ... and the aborted transaction itself skipped twice
+    assert [e["skipped"] for e in errs["int-poll-skip"]] == [[113], [116]]
+
+
+def test_skip_within_one_poll():
+    h = history(*WRITES, (1, "ok", "poll", [poll({1: [(0, "a"), (2, "c")]})]))
+    assert check(h).errors["int-poll-skip"] == [
+        {"key": 1, "op": 11, "offsets": [0, 2], "values": ["a", "c"], "skipped": ["b"], "delta": 2}
+    ]
+
+
+def test_backwards_within_one_poll():
+    h = history(*WRITES, (1, "ok", "poll", [poll({1: [(3, "d")]}), poll({1: [(1, "b")]})]))
+    assert check(h).errors["int-nonmonotonic-poll"] == [
+        {"key": 1, "op": 11, "offsets": [3, 1], "values": ["d", "b"], "delta": -2}
+    ]
+
+
+def test_rebalance_during_op_exempts_its_internal_reads():
+    h = history(*WRITES, READ_ALL)
+    h.append(op(len(h), 1, "invoke", "poll", [poll()]))
+    h.append(op(len(h), 1, "ok", "poll", [poll({1: [(3, "d"), (0, "a")]})], rebalance=[1]))
+    assert check(h).errors == {}
+
+
+def test_skip_revealed_by_a_late_acknowledgement():
+    # The skipped value's send completes only after the polls went past it.
+    h = history(
+        (0, "ok", "send", [send(1, "a", 0)]),
+        (0, "ok", "send", [send(1, "c", 2)]),
+        (1, "ok", "poll", [poll({1: [(0, "a")]})]),
+        (1, "ok", "poll", [poll({1: [(2, "c")]})]),
+        (2, "ok", "send", [send(1, "b", 1)]),
+    )
+    errs = check(h).errors["poll-skip"]
+    assert [(e["ops"], e["skipped"], e["delta"]) for e in errs] == [([5, 7], ["b"], 2)]
+
+
+def test_skip_within_one_poll_revealed_late():
+    h = history(
+        (1, "ok", "poll", [poll({1: [(0, "a"), (2, "c")]})]), (0, "ok", "send", [send(1, "b", 1)])
+    )
+    assert check(h).errors["int-poll-skip"] == [
+        {"key": 1, "op": 1, "offsets": [0, 2], "values": ["a", "c"], "skipped": ["b"], "delta": 2}
+    ]

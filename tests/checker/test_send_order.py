@@ -1,0 +1,40 @@
+"""nonmonotonic-send, int-nonmonotonic-send, int-send-skip."""
+
+from tests.checker.helpers import check, history, poll, send
+
+
+def test_sends_in_order_with_others_interleaved():
+    h = history(
+        (0, "ok", "send", [send(1, 1, 0)]),
+        (1, "ok", "send", [send(1, 2, 1)]),
+        (0, "ok", "send", [send(1, 3, 2)]),
+    )
+    assert check(h).errors == {}
+
+
+def test_process_sends_going_backwards():
+    h = history((0, "ok", "send", [send(1, 1, 5)]), (0, "ok", "send", [send(1, 2, 4)]))
+    assert check(h).errors["nonmonotonic-send"] == [
+        {"key": 1, "process": 0, "ops": [1, 3], "offsets": [5, 4], "values": [1, 2], "delta": -1}
+    ]
+
+
+def test_failed_sends_do_not_set_the_position():
+    h = history((0, "fail", "send", [send(1, 1, 5)]), (0, "ok", "send", [send(1, 2, 4)]))
+    assert check(h).errors == {}
+
+
+def test_backwards_within_one_transaction():
+    h = history((0, "ok", "txn", [send(1, 1, 5), send(1, 2, 5)]))
+    assert set(check(h).errors) == {"int-nonmonotonic-send", "inconsistent-offsets"}
+
+
+def test_interleaved_transaction_writes_are_allowed():
+    h = history(
+        (0, "ok", "txn", [send(1, 1, 0), send(1, 3, 2)]),
+        (1, "ok", "send", [send(1, 2, 1)]),
+        (2, "ok", "poll", [poll({1: [(0, 1), (1, 2), (2, 3)]})]),
+    )
+    r = check(h)
+    assert r.errors["int-send-skip"][0]["skipped"] == [2]
+    assert r.valid  # Kafka does not isolate transactions' writes from each other
