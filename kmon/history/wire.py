@@ -94,7 +94,7 @@ FIELD_ALIASES: dict[str, tuple[str, ...]] = {
 }
 META_FIELDS = tuple(name for name in FIELD_ALIASES if name != "rebalance-log")
 
-_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)\Z", re.ASCII)
+_DECIMAL = re.compile(r"(?:0|-?[1-9][0-9]*)\Z")
 _MISSING = object()
 
 
