@@ -37,6 +37,7 @@ SCHEMA_NAME = "op-event"  # header value: "op-event/<version>"
 _SCHEMA_FILE = re.compile(r"op_event_v([0-9]+)\.avsc\Z")
 _HEADER_VALUE = re.compile(rf"{SCHEMA_NAME}/([0-9]+)\Z")
 _NO_META = OpMeta()
+_LONG = range(-(2**63), 2**63)
 
 
 class EncodeError(ValueError):
@@ -123,7 +124,8 @@ def encode_op(op: Op) -> bytes:
 
 
 def op_to_record(op: Op) -> dict[str, Any]:
-    """``op`` as an op event record (a dict in the current schema's shape)."""
+    """``op`` as an op event record: a dict in the current schema's shape, for fastavro's writer
+    (some union values are in its tuple notation, ``("long", 5)``)."""
     if type(op.process) is not int:
         raise EncodeError(
             f"op {op.index}: process {op.process!r} is not an integer; op events carry "
@@ -154,14 +156,37 @@ def op_to_record(op: Op) -> dict[str, Any]:
 
 def _mop_record(m: tuple) -> dict[str, Any]:
     if m[0] == "send":
-        return {"f": "send", "key": m[1], "value": m[2], "offset": m[3], "reads": None}
+        return {
+            "f": "send",
+            "key": _branch(m[1]),
+            "value": _branch(m[2]),
+            "offset": m[3],
+            "reads": None,
+        }
     reads = m[1]
     if reads is not None:
-        reads = [
-            {"key": k, "records": [{"offset": o, "value": v} for o, v in pairs]}
-            for k, pairs in reads.items()
-        ]
+        reads = (
+            "array",
+            [
+                {
+                    "key": _branch(k),
+                    "records": [{"offset": o, "value": _branch(v)} for o, v in pairs],
+                }
+                for k, pairs in reads.items()
+            ],
+        )
     return {"f": "poll", "key": None, "value": None, "offset": None, "reads": reads}
+
+
+def _branch(x: Any) -> Any:
+    """``x`` in fastavro's tuple notation naming its union branch: it spares fastavro a trial
+    validation of each branch (for the nested reads array, a deep one), ~1.5x faster encoding.
+    Anything not plainly a long or a string is passed as is, for fastavro to reject by name."""
+    if type(x) is str:
+        return ("string", x)
+    if type(x) is int and x in _LONG:
+        return ("long", x)
+    return x
 
 
 def _placement_record(k: Any, p: KeyPlacement) -> dict[str, Any]:
