@@ -15,7 +15,7 @@ the first bad form's line.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import edn_format
@@ -85,15 +85,18 @@ def _describe(e: Exception) -> str:
 
 def plain(x: Any) -> Any:
     """An ``edn_format`` value as plain Python (see the module docstring)."""
-    if isinstance(x, edn_format.Keyword | edn_format.Symbol):
-        return x.name
-    if isinstance(x, str) or not isinstance(x, Mapping | Sequence | frozenset):
+    t = type(x)
+    if t is int or t is str or x is None:  # most of a history, checked first for speed
         return x
+    if t is edn_format.ImmutableList or t is tuple or t is list:
+        return [plain(v) for v in x]
+    if t is edn_format.Keyword or t is edn_format.Symbol:
+        return x.name
     if isinstance(x, Mapping):
         return {_hashable(plain(k)): plain(v) for k, v in x.items()}
     if isinstance(x, frozenset):
         return frozenset(_hashable(plain(v)) for v in x)
-    return [plain(v) for v in x]
+    return x  # bool, float, Char (a str), datetime, UUID, ...
 
 
 def _hashable(value: Any) -> Any:

@@ -4,7 +4,8 @@ One op on the wire is a JSON object or an EDN map (EDN keywords arrive as string
 colon: ``:send`` is ``"send"``). Field names, with the aliases the loader also accepts:
 
 =======================  ====================================================================
-``index``                int, optional: when absent, the previous op's index + 1 (0 first)
+``index``                int >= 0, optional: when absent, the previous op's index + 1 (0
+                         first); indices must increase through a file
 ``time``                 int nanoseconds, optional (0 when absent)
 ``process``              int, or a string such as Jepsen's ``"nemesis"``
 ``type``                 ``invoke`` / ``ok`` / ``fail`` / ``info`` (anything else is an error)
@@ -263,7 +264,7 @@ def _poll(m: list, field: str, typing: KeyTyping | None) -> tuple:
 
 
 def _poll_items(body: Any, field: str, typing: KeyTyping | None) -> Iterator[tuple[Any, Any]]:
-    if isinstance(body, Mapping):
+    if isinstance(body, dict):
         for k, records in body.items():
             yield (typing.read(k) if typing is not None and isinstance(k, str) else k), records
     elif isinstance(body, list):  # kmon's typed form: [[k, records], ...]
@@ -294,7 +295,7 @@ def _rebalances(x: Any, field: str) -> Iterator[Rebalance]:
     # Lenient on purpose: Jepsen's shape changed across versions; the checker only needs keys.
     if x is None:
         return
-    if isinstance(x, Mapping):
+    if isinstance(x, dict):
         if "keys" in x:
             kind = x.get("type", x.get("kind"))
             keys = _list(x["keys"], field, "a list of keys")
@@ -335,8 +336,8 @@ def _meta(raw: Mapping[str, Any]) -> OpMeta | None:
 
 
 def _jepsen_intentional_abort(error: Any) -> bool:
-    body = error.get("body-error") if isinstance(error, Mapping) else None
-    return isinstance(body, Mapping) and body.get("type") == "intentional-abort"
+    body = error.get("body-error") if isinstance(error, dict) else None
+    return isinstance(body, dict) and body.get("type") == "intentional-abort"
 
 
 def _str(x: Any, field: str, *, optional: bool = False) -> Any:
@@ -355,7 +356,7 @@ def _placements(x: Any) -> dict[Key, KeyPlacement]:
     out: dict[Key, KeyPlacement] = {}
     for i, p in enumerate(_list(x, "placements", "a list of placements")):
         field = f"placements[{i}]"
-        if not isinstance(p, Mapping):
+        if not isinstance(p, dict):
             raise HistoryError(f"expected an object, got {show(p)}", field=field)
         k = key(p.get("key"), f"{field}.key")
         if k in out:
