@@ -171,8 +171,7 @@ class _Scanner:
         if self.base == 1 and self.depth == 0 and not self.closed:
             # the vector of ops ends; a pending scalar "form" is handed on to fail its parse
             self.closed = True
-            pending = self._take(line, chunk, pos - 1) if self.start is not None else None
-            return pending
+            return self._take(line, chunk, pos - 1) if self.start is not None else None
         if self.depth < (self.base or 0):
             raise HistoryError("unbalanced closing bracket", line=lineno)
         if self.depth == self.base and self.start is not None:
