@@ -71,6 +71,8 @@ class Checker:
                 self._apply_fragments(split(op))
             return
         invoke_time = self.invoked_at.pop(op.process, op.time)
+        if op.meta is not None and op.meta.invoke_time is not None:
+            invoke_time = op.meta.invoke_time  # what the online monitor uses too
         if op.f == "crash":
             self._crash(op.process)
             return

@@ -139,6 +139,7 @@ def op_to_record(op: Op) -> dict[str, Any]:
         "probe": meta.probe,
         "index": op.index,
         "time": op.time,
+        "invoke_time": meta.invoke_time,
         "process": op.process,
         "type": op.type,
         "f": op.f,
@@ -262,6 +263,7 @@ def _meta(record: Mapping[str, Any]) -> OpMeta | None:
         error=record["error"],
         seek_to_beginning=record["seek_to_beginning"],
         placements={p["key"]: _placement(p) for p in record["placements"]},
+        invoke_time=record["invoke_time"],
     )
     return None if meta == _NO_META else meta
 

@@ -69,6 +69,9 @@ class OpMeta:
     error: str | None = None
     seek_to_beginning: bool = False
     placements: dict[Key, KeyPlacement] = field(default_factory=dict)
+    # On a completion: when its invocation happened (ns). Lets per-key consumers of op events,
+    # which never see a poll's key-less invoke, stamp realtime lag with the invocation time.
+    invoke_time: int | None = None
 
 
 @dataclass(slots=True)

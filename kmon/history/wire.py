@@ -35,6 +35,7 @@ kmon probe extras (each optional; an op carrying none of them nor ``seek-to-begi
                         as its compact JSON text
 ``placements``          ``[{"key": k, "topic": t, "partition": p, "leader": id|null,
                         "leader-epoch": e|null}, ...]`` (``leader_epoch`` accepted)
+``invoke-time``         (``invoke_time``) int or null: on a completion, its invocation's time
 ======================  ======================================================================
 
 Micro-ops (keys and values are ints or strings; offsets ints):
@@ -92,6 +93,7 @@ FIELD_ALIASES: dict[str, tuple[str, ...]] = {
     "deliberate-abort": ("deliberate-abort", "deliberate-abort?", "deliberate_abort"),
     "error": ("error",),
     "placements": ("placements",),
+    "invoke-time": ("invoke-time", "invoke_time"),
 }
 META_FIELDS = tuple(name for name in FIELD_ALIASES if name != "rebalance-log")
 
@@ -332,6 +334,7 @@ def _meta(raw: Mapping[str, Any]) -> OpMeta | None:
         error=error if error is None or isinstance(error, str) else compact_json(error),
         seek_to_beginning=False if seek is None else _bool(seek, "seek-to-beginning?"),
         placements=_placements(p["placements"]),
+        invoke_time=_int(p["invoke-time"], "invoke-time", optional=True),
     )
 
 
@@ -474,6 +477,8 @@ def _meta_to_wire(meta: OpMeta) -> dict[str, Any]:
         out["error"] = meta.error
     if meta.seek_to_beginning:
         out["seek-to-beginning?"] = True
+    if meta.invoke_time is not None:
+        out["invoke-time"] = meta.invoke_time
     if meta.placements:
         out["placements"] = [
             {

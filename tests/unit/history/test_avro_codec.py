@@ -28,6 +28,7 @@ PROBE_TXN = Op(
         deliberate_abort=False,
         error=None,
         placements={1: KeyPlacement("kmon-q", 1, 2, 17), "k": KeyPlacement("kmon-r", 0)},
+        invoke_time=999,
     ),
 )
 

@@ -49,6 +49,7 @@ METAS = st.builds(
     error=st.none() | st.text(max_size=10),
     seek_to_beginning=st.booleans(),
     placements=st.dictionaries(KEYS, PLACEMENTS, max_size=3),
+    invoke_time=st.none() | I64,
 )
 REBALANCES = st.builds(
     Rebalance,
