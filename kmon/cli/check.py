@@ -6,7 +6,11 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="Check a history file (JSON, JSONL or Jepsen EDN) for anomalies.", description="Check a history file (JSON, JSONL or Jepsen EDN) for anomalies.")
+    p = sub.add_parser(
+        "check",
+        help="Check a history file (JSON, JSONL or Jepsen EDN) for anomalies.",
+        description="Check a history file (JSON, JSONL or Jepsen EDN) for anomalies.",
+    )
     p.set_defaults(func=run)
 
 

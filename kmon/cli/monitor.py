@@ -6,7 +6,11 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("monitor", help="Run the Spark Structured Streaming monitor over the op events topic.", description="Run the Spark Structured Streaming monitor over the op events topic.")
+    p = sub.add_parser(
+        "monitor",
+        help="Run the Spark Structured Streaming monitor over the op events topic.",
+        description="Run the Spark Structured Streaming monitor over the op events topic.",
+    )
     p.set_defaults(func=run)
 
 

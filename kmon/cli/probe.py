@@ -6,7 +6,11 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("probe", help="Run the continuous Jepsen-style probe workload against a cluster.", description="Run the continuous Jepsen-style probe workload against a cluster.")
+    p = sub.add_parser(
+        "probe",
+        help="Run the continuous Jepsen-style probe workload against a cluster.",
+        description="Run the continuous Jepsen-style probe workload against a cluster.",
+    )
     p.set_defaults(func=run)
 
 
