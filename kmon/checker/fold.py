@@ -123,6 +123,7 @@ def _apply_reads(
                 if not f & READ:
                     a = st.atime[i]
                     if a:
+                        a = st.ns(a)
                         sink.e2e.append((st.key, t - a if t > a else 0))
                     st.flg[i] = f | VER | READ
                 ch = i >> CHUNK_BITS
@@ -215,8 +216,7 @@ def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
     del st.ctime[:drop]
     del st.amin[:drop]
     st.base += n
-    st.compacted = True
-    st.rebuild_index()
+    st.compacted = True  # index entries below base now act as tombstones: no rebuild needed
     if st.vals:
         live = {c for c in st.val if c != EMPTY and not is_direct(c)} | set(st.loose)
         st.vals = {c: v for c, v in st.vals.items() if c in live}
