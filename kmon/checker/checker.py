@@ -69,8 +69,6 @@ class Checker:
             self.workload_ops += 1
         if op.type == "invoke":
             self.invoked_at[op.process] = op.time
-            if op.f != "poll":
-                self._apply_fragments(split(op))
             return
         invoke_time = self.invoked_at.pop(op.process, op.time)
         if op.meta is not None and op.meta.invoke_time is not None:

@@ -50,8 +50,8 @@ class FoldConfig:
 
 def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
     if fr.type == "invoke":
-        if fr.sends:
-            _register_invoke(st, fr)
+        # Nothing to learn yet: a read that beats this op's completion waits for it
+        # (aborted_read.pending_reads), which the completion then settles.
         return
     pp = st.procs.get(fr.process)
     if pp is None:
@@ -66,16 +66,6 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
         _apply_sends(st, pp, fr, deadline, sink)
     if fr.reads is not None:
         _apply_reads(st, pp, fr, deadline, cfg, sink)
-
-
-def _register_invoke(st: KeyState, fr: Fragment) -> None:
-    """Remember who is writing what, so reads that beat the completion know their writer."""
-    flags = MULTI if fr.n_writes > 1 else 0
-    loose = st.loose
-    for v, _ in fr.sends:
-        c = st.code(v)
-        if c not in loose:
-            loose[c] = [None, flags, fr.op, 0, fr.time]
 
 
 def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
