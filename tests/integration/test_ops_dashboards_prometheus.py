@@ -22,9 +22,9 @@ from typing import Any
 import ops_exporter
 import pytest
 from helpers import wait_until
-
 from kmon.dashboards import generate, layout, queries, rules, tools
 from kmon.dashboards.grafana import expressions
+
 from kmon.local.prometheus import LocalPrometheus
 
 # What Grafana substitutes, as Grafana would for a 1-hour dashboard with "All" selected.
