@@ -34,6 +34,12 @@ def grafana_rules_name(isolation: str) -> str:
     return f"grafana-alert-rules-{isolation}.yml"
 
 
+def rules_file(isolation: str = "read_committed") -> Path:
+    """The committed Prometheus rule file for ``isolation``: what the local stack loads
+    (``kmon prometheus up --rules``), scraping jobs named ``kmon-monitor`` and ``kmon-probe``."""
+    return GENERATED / prometheus_rules_name(isolation)
+
+
 def outputs(datasource_uid: str = rules.DATASOURCE_UID) -> dict[str, str]:
     """File name -> content of everything ``generated/`` holds."""
     out = {f"{uid}.json": dashboard_json(uid) for uid in DASHBOARDS}

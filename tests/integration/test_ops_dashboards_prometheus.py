@@ -94,7 +94,7 @@ class Prom:
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
     if tools.find("prometheus") is None or tools.find("promtool") is None:
         pytest.skip("prometheus/promtool not installed: `make setup` installs them")
-    rule_file = generate.GENERATED / generate.prometheus_rules_name("read_committed")
+    rule_file = generate.rules_file("read_committed")
     with ExitStack() as stack:
         targets = stack.enter_context(_targets())
         local = LocalPrometheus(
