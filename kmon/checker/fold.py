@@ -25,6 +25,7 @@ from kmon.checker.state import (
     OCCUPIED,
     OUTCOME_FLAG,
     READ,
+    SENT,
     UNSEEN_DONE,
     VER,
     W_ANY,
@@ -68,11 +69,35 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
         _apply_reads(st, pp, fr, deadline, cfg, sink)
 
 
+_DIRECT_MIN = -(1 << 62)
+_DIRECT_END = 1 << 62
+
+
 def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
     wflags = OUTCOME_FLAG.get(fr.type, W_INFO) | (MULTI if fr.n_writes > 1 else 0)
+    fresh = wflags | SENT | VER  # an acknowledged value in an untouched slot
+    ok = wflags & W_OK
+    t = fr.time
     placed = []
     for v, off in fr.sends:
-        c = st.code(v)
+        c = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
+        if off is not None and ok:
+            i = off - st.base
+            if (0 <= i < len(st.flg) and not st.flg[i] and c not in st.loose
+                    and c not in st.pending_reads and st.find(c) < 0):
+                # The common case, inline: first news of this value, at an untouched offset.
+                st.val[i] = c
+                st.flg[i] = fresh
+                st.set_writer(i, fr.op)
+                st.set_ack(i, t)
+                st.index_add(off, c)
+                ch = i >> CHUNK_BITS
+                if t > st.ctime[ch]:
+                    st.ctime[ch] = t
+                placed.append((off, v))
+                if off < st.frontier:
+                    lost_write.sent_below_reads(st, i, deadline)
+                continue
         i = place_send(st, off, c, wflags, fr, sink)
         aborted_read.writer_known(st, c, fr.time, sink)
         if off is not None:
@@ -87,8 +112,6 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
         send_order.between_ops(st, pp, placed, fr.op, fr.process, sink)
 
 
-_DIRECT_MIN = -(1 << 62)
-_DIRECT_END = 1 << 62
 _NEEDS_JUDGING = W_FAIL | MULTI  # reads of these writers' values may be G1a or atomicity facts
 
 
@@ -139,7 +162,10 @@ def _apply_reads(
             if last is not None and first_off != last + 1 and not fr.rebalanced:
                 poll_skip.between_ops(st, last, pp.poll_val, pp.poll_op, first_off, first_v,
                                       fr.op, fr.process, sink)
-            pp.poll_off, pp.poll_val, pp.poll_op = prev_off, prev_v, fr.op
+            # After a rebalance of the key the consumer may restart anywhere (the rebalance
+            # may have come after these reads): no position to compare the next poll with.
+            pp.poll_off = None if fr.rebalanced else prev_off
+            pp.poll_val, pp.poll_op = prev_v, fr.op
             if hi > pp.lag_pos:
                 pp.lag_pos = hi
     if ok and cfg.collect_lags:

@@ -323,9 +323,12 @@ class KeyState:
             self.rebuild_index()
 
     def rebuild_index(self) -> None:
-        """Rebuild the value index from the window, 55% full (any size: probing is modulo)."""
+        """Rebuild the value index from the window (any size will do: probing is modulo)."""
         live = [(i, c) for i, c in enumerate(self.val) if c != EMPTY and self.flg[i] & OCCUPIED]
-        size = max(16, len(live) * 9 // 5 + 1)
+        # Mostly tombstones (a steady online window): rebuild tight. Mostly growth (a window
+        # that keeps growing, offline): leave room, so rebuilds stay geometric and rare.
+        grows = len(live) * 13 > self.iused * 10
+        size = max(16, (len(live) * 3 if grows else len(live) * 9 // 5) + 1)
         typecode = "H" if len(self.val) < 0xFFFF else "i"
         self.index = _empty(typecode, size, _NO_SLOT[typecode])
         self.ibase = self.base
