@@ -6,8 +6,11 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("dashboards", help=__doc__.split(": ", 1)[1],
-                       description=__doc__.split(": ", 1)[1])
+    p = sub.add_parser(
+        "dashboards",
+        help="Generate Grafana dashboards and alert rules, or push them to Grafana.",
+        description="Generate Grafana dashboards and alert rules, or push them to Grafana.",
+    )
     p.set_defaults(func=run)
 
 

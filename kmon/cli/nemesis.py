@@ -1,4 +1,7 @@
-"""`kmon nemesis`: Inject real faults into the local cluster."""
+"""`kmon nemesis`: Inject real faults into the local cluster.
+
+Pauses, crashes, network faults, DeleteRecords.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,13 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("nemesis", help=__doc__.split(": ", 1)[1],
-                       description=__doc__.split(": ", 1)[1])
+    p = sub.add_parser(
+        "nemesis",
+        help="Inject real faults into the local cluster (pauses, crashes, network, DeleteRecords).",
+        description=(
+            "Inject real faults into the local cluster (pauses, crashes, network, DeleteRecords)."
+        ),
+    )
     p.set_defaults(func=run)
 
 

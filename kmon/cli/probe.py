@@ -6,8 +6,11 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("probe", help=__doc__.split(": ", 1)[1],
-                       description=__doc__.split(": ", 1)[1])
+    p = sub.add_parser(
+        "probe",
+        help="Run the continuous Jepsen-style probe workload against a cluster.",
+        description="Run the continuous Jepsen-style probe workload against a cluster.",
+    )
     p.set_defaults(func=run)
 
 

@@ -1,14 +1,78 @@
-"""`kmon run`: Run the local stack (cluster, probes, monitor, Prometheus) until interrupted."""
+"""`kmon run`: run the local stack in the foreground until Ctrl-C, then stop it cleanly.
+
+Today the stack is the local Kafka cluster; probes, the monitor and Prometheus join it in later
+issues.
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
+import time
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from kmon.cli._local import add_kafka_args, add_stack_args, errors_as_usage, overrides_from_args
+
+if TYPE_CHECKING:
+    from kmon.local.cluster import LocalCluster
+
+HELP = (
+    "Run the local stack in the foreground: bring the Kafka cluster up (see `kmon cluster up`), "
+    "report broker state changes, and stop everything it started on Ctrl-C or SIGTERM."
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="Run the local stack (cluster, probes, monitor, Prometheus) until interrupted.", description="Run the local stack (cluster, probes, monitor, Prometheus) until interrupted.")
+    p = sub.add_parser("run", help="run the local stack until interrupted", description=HELP)
+    add_stack_args(p)
+    add_kafka_args(p)
+    p.add_argument("--timeout", type=float, default=180.0,
+                   help="seconds to wait for the cluster to come up (default 180)")
     p.set_defaults(func=run)
 
 
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("kmon run: not implemented yet")
+    from kmon.local.cluster import LocalCluster
+
+    # SIGTERM (a supervisor, `kill`) stops the stack the same way Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
+    with errors_as_usage():
+        cluster = LocalCluster(
+            home=args.home, port_base=args.port_base, overrides=overrides_from_args(args)
+        )
+        owned = not cluster.is_up()
+        try:
+            started = time.monotonic()
+            cluster.up(timeout=args.timeout)
+            print(f"kafka: 3 brokers up in {time.monotonic() - started:.1f}s, "
+                  f"bootstrap {cluster.bootstrap}", flush=True)
+            print(f"kafka: logs in {cluster.root}/broker-N/server.log", flush=True)
+            if not owned:
+                print("kafka: the cluster was already running; it stays up after this run")
+            print("running; Ctrl-C stops", flush=True)
+            _watch(cluster)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut `down`
+            if owned:
+                print("\nstopping the cluster ...", flush=True)
+                cluster.down()
+                print("stopped", flush=True)
+    return 0
+
+
+def _watch(cluster: LocalCluster) -> None:
+    """Report each change of a broker's state (a crash, or a fault injected from elsewhere)."""
+    last = {s.node_id: s.state for s in cluster.status()}
+    while True:
+        time.sleep(2.0)
+        for s in cluster.status():
+            if s.state != last[s.node_id]:
+                print(f"kafka: broker {s.node_id} is now {s.state}", flush=True)
+                last[s.node_id] = s.state

@@ -1,0 +1,145 @@
+"""Broker settings of the local cluster: kmon's defaults, user overrides, and their checks.
+
+Overrides are checked by name (and, for numbers and booleans, by value) against the table of
+Kafka's own settings that set-up asked the jars for, so a typo fails before any JVM starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from kmon.env import SettingError
+from kmon.local.ports import BROKER_IDS, Ports
+
+# Settings the harness derives from the layout (ids, ports, paths); overriding them would break
+# the harness's own view of the cluster.
+RESERVED = frozenset({
+    "node.id", "broker.id", "process.roles", "listeners", "advertised.listeners",
+    "controller.listener.names", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
+    "inter.broker.listener.name", "listener.security.protocol.map", "log.dirs", "log.dir",
+    "metadata.log.dir",
+})
+
+# kmon's broker defaults. Each differs from Kafka's default, for the reason beside it.
+DEFAULTS: dict[str, str] = {
+    # Auto-created topics get the same durability as the ones kmon creates.
+    "default.replication.factor": "3",
+    # acks=all then means "on at least two brokers"; also the floor for __consumer_offsets.
+    "min.insync.replicas": "2",
+    # Internal topics keep RF=3 (Kafka's default) but need far fewer than 50 partitions on a
+    # laptop-sized cluster: creating 50 partitions x 3 replicas slows every first use.
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.num.partitions": "3",
+    "share.coordinator.state.topic.num.partitions": "3",
+    # A killed or paused broker is fenced (and loses its leaderships) after 6 s instead of 9 s,
+    # and a restarted one may re-register that much sooner: shorter fault cycles in tests.
+    # Heartbeats every second (not 2 s), so fencing still takes six missed ones in a row, not
+    # a single slow heartbeat on a busy 2-core machine.
+    "broker.session.timeout.ms": "6000",
+    "broker.heartbeat.interval.ms": "1000",
+    # Consumer groups start at once instead of waiting 3 s for more members (tests, probes).
+    "group.initial.rebalance.delay.ms": "0",
+    # Three JVMs share 2 cores: fewer request threads than Kafka's server-sized defaults.
+    "num.network.threads": "2",
+    "num.io.threads": "2",
+}
+
+_INT_TYPES = {"INT", "LONG", "SHORT"}
+
+
+def load_config_defs(path: Path) -> dict[str, str]:
+    """``name -> type`` for every broker setting Kafka knows (written by set-up)."""
+    if not path.is_file():
+        raise SettingError(f"Kafka's settings table is missing ({path}): run `kmon setup`")
+    defs = {}
+    for line in path.read_text().splitlines():
+        name, _, kind = line.partition("\t")
+        if name:
+            defs[name] = kind
+    return defs
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    """``["key=value", ...]`` (from ``--set``) into a dict, rejecting malformed items."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SettingError(f"broker setting {item!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """A Java-style ``.properties`` file (``key=value`` lines, ``#`` comments)."""
+    if not path.is_file():
+        raise SettingError(f"broker settings file not found: {path}")
+    out = {}
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            key, sep, value = line.partition(":")
+        if not sep or not key.strip():
+            raise SettingError(f"{path}:{number}: not key=value: {raw!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def validate_overrides(overrides: Mapping[str, str], defs: Mapping[str, str]) -> None:
+    """Fail on the first override Kafka does not know, the harness owns, or cannot parse."""
+    for key, value in overrides.items():
+        if key in RESERVED:
+            raise SettingError(f"broker setting {key!r} is set by kmon's cluster harness")
+        # Per-listener settings (listener.name.<l>.<setting>) are legal for any listener name.
+        if key.startswith("listener.name."):
+            continue
+        kind = defs.get(key)
+        if kind is None:
+            raise SettingError(f"unknown Kafka broker setting {key!r}")
+        if kind in _INT_TYPES:
+            try:
+                int(value)
+            except ValueError:
+                raise SettingError(f"broker setting {key}={value!r}: expected an integer") from None
+        elif kind == "DOUBLE":
+            try:
+                float(value)
+            except ValueError:
+                raise SettingError(f"broker setting {key}={value!r}: expected a number") from None
+        elif kind == "BOOLEAN" and value.lower() not in ("true", "false"):
+            raise SettingError(f"broker setting {key}={value!r}: expected true or false")
+
+
+def broker_properties(
+    node_id: int, ports: Ports, data_dir: Path, overrides: Mapping[str, str]
+) -> dict[str, str]:
+    """The full ``server.properties`` of one combined broker+controller node."""
+    voters = ",".join(f"{n}@127.0.0.1:{ports.controller(n)}" for n in BROKER_IDS)
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": str(node_id),
+        # A static quorum of the three nodes: no dynamic voter bootstrap needed.
+        "controller.quorum.voters": voters,
+        "listeners": (
+            f"PLAINTEXT://127.0.0.1:{ports.broker(node_id)},"
+            f"CONTROLLER://127.0.0.1:{ports.controller(node_id)}"
+        ),
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{ports.broker(node_id)}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data_dir),
+    }
+    props.update(DEFAULTS)
+    props.update(overrides)
+    return props
+
+
+def render_properties(props: Mapping[str, str]) -> str:
+    lines = ["# Generated by kmon; edit the overrides (kmon cluster up --set), not this file."]
+    lines += [f"{key}={value}" for key, value in props.items()]
+    return "\n".join(lines) + "\n"

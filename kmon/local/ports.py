@@ -1,0 +1,49 @@
+"""The loopback port layout of one local stack, all derived from one base port.
+
+    base + 0..2     Kafka client listeners of brokers 1..3 (PLAINTEXT)
+    base + 10..12   KRaft controller listeners of nodes 1..3
+    base + 20       Prometheus
+    base + 21..29   reserved: Grafana, Alertmanager
+    base + 30..49   reserved: metrics endpoints of probes and the monitor
+
+The test suite runs its own stack at ``base + 50`` (see ``kmon.env.PORT_SPAN``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BROKER_IDS: tuple[int, ...] = (1, 2, 3)
+
+
+@dataclass(frozen=True)
+class Ports:
+    base: int
+
+    def broker(self, node_id: int) -> int:
+        return self.base + node_id - 1
+
+    def controller(self, node_id: int) -> int:
+        return self.base + 10 + node_id - 1
+
+    @property
+    def prometheus(self) -> int:
+        return self.base + 20
+
+    def metrics(self, slot: int) -> int:
+        """Port of the ``slot``-th metrics endpoint (probes, monitor), slot 0..19."""
+        if not 0 <= slot < 20:
+            raise ValueError(f"metrics slot {slot} out of range 0..19")
+        return self.base + 30 + slot
+
+    def kafka_ports(self) -> dict[str, int]:
+        """Every port the Kafka cluster binds, by a name for error messages."""
+        ports = {}
+        for n in BROKER_IDS:
+            ports[f"broker {n} listener"] = self.broker(n)
+            ports[f"controller {n} listener"] = self.controller(n)
+        return ports
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.broker(n)}" for n in BROKER_IDS)

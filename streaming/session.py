@@ -1,0 +1,88 @@
+"""The project's SparkSession: local mode by default, with the Kafka connector from the cache.
+
+The connector (spark-sql-kafka-0-10 matching the installed pyspark, and the few jars it needs
+beyond pyspark's own) is fetched once by ``kmon setup`` and put on the classpath through
+``spark.jars`` as file paths, so building a session never resolves anything over the network.
+
+Environment: ``KMON_SPARK_MASTER`` (default ``local[2]``), ``KMON_SPARK_JARS`` (comma-separated
+jar paths, for a deployment that ships the connector itself instead of kmon's cache).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[2]"  # this machine has 2 cores; the monitor is one job among several
+
+
+def connector_jars(cache: str | os.PathLike[str] | None = None) -> list[str]:
+    """Paths of the Kafka connector jars: ``KMON_SPARK_JARS`` if set, else kmon's cache."""
+    if explicit := os.environ.get("KMON_SPARK_JARS"):
+        return [p for p in explicit.split(",") if p]
+    # Imported here: the cache layout belongs to set-up, and a deployed monitor never needs it.
+    from kmon.local.artifacts import spark_kafka_jars
+
+    return [str(p) for p in spark_kafka_jars(Path(cache) if cache else None)]
+
+
+def spark_conf(
+    master: str | None = None,
+    checkpoint_location: str | None = None,
+    jars: Sequence[str] | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The settings ``build_spark_session`` applies (pure, so it can be checked without a JVM)."""
+    master = master or os.environ.get("KMON_SPARK_MASTER") or DEFAULT_MASTER
+    settings = {
+        "spark.master": master,
+        "spark.jars": ",".join(jars if jars is not None else connector_jars()),
+        # Shuffles of the monitor are keyed by topic-partition: a handful of keys, not the
+        # 200 partitions Spark assumes for big batch jobs.
+        "spark.sql.shuffle.partitions": "2",
+        # Timestamps in op events and reports are UTC; never the machine's zone.
+        "spark.sql.session.timeZone": "UTC",
+        # Several engineers' sessions share one machine: no UI port to fight over (4040...).
+        "spark.ui.enabled": "false",
+        # The progress bar garbles the logs of `kmon run` and pytest; metrics report progress.
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if master.startswith("local"):
+        # Loopback only, like the rest of the local stack; avoids resolving the host name.
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    if checkpoint_location:
+        settings["spark.sql.streaming.checkpointLocation"] = checkpoint_location
+    settings.update(conf or {})
+    return settings
+
+
+def build_spark_session(
+    app_name: str = "kmon",
+    master: str | None = None,
+    checkpoint_location: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    jars: Sequence[str] | None = None,
+) -> SparkSession:
+    """Get or create the SparkSession for kmon.
+
+    ``master`` defaults to ``KMON_SPARK_MASTER`` or ``local[2]``; ``checkpoint_location``
+    becomes the default for streaming queries; ``conf`` adds or overrides any Spark setting;
+    ``jars`` replaces the cached connector jars. Settings that shape the JVM (``spark.jars``,
+    driver memory) only take effect when this creates the first session of the process.
+    """
+    from pyspark.sql import SparkSession
+
+    settings = spark_conf(master, checkpoint_location, jars, conf)
+    if settings["spark.master"].startswith("local"):
+        # Spark otherwise resolves the host name and warns that it binds to a loopback address.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
