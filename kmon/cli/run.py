@@ -7,6 +7,7 @@ issues.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import time
 from types import FrameType
@@ -39,8 +40,11 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from kmon.local.cluster import LocalCluster
 
-    # SIGTERM (a supervisor, `kill`) stops the stack the same way Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM (a supervisor, `kill`) and SIGHUP (the terminal went away) stop the stack the
+    # same way Ctrl-C does; SIGINT explicitly, since a shell starts background jobs with it
+    # ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     with errors_as_usage():
         cluster = LocalCluster(
             home=args.home, port_base=args.port_base, overrides=overrides_from_args(args)
@@ -49,22 +53,29 @@ def run(args: argparse.Namespace) -> int:
         try:
             started = time.monotonic()
             cluster.up(timeout=args.timeout)
-            print(f"kafka: 3 brokers up in {time.monotonic() - started:.1f}s, "
-                  f"bootstrap {cluster.bootstrap}", flush=True)
-            print(f"kafka: logs in {cluster.root}/broker-N/server.log", flush=True)
+            _say(f"kafka: 3 brokers up in {time.monotonic() - started:.1f}s, "
+                 f"bootstrap {cluster.bootstrap}")
+            _say(f"kafka: logs in {cluster.root}/broker-N/server.log")
             if not owned:
-                print("kafka: the cluster was already running; it stays up after this run")
-            print("running; Ctrl-C stops", flush=True)
+                _say("kafka: the cluster was already running; it stays up after this run")
+            _say("running; Ctrl-C stops")
             _watch(cluster)
         except KeyboardInterrupt:
             pass
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut `down`
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)  # nothing may cut the shutdown short
             if owned:
-                print("\nstopping the cluster ...", flush=True)
+                _say("\nstopping the cluster ...")
                 cluster.down()
-                print("stopped", flush=True)
+                _say("stopped")
     return 0
+
+
+def _say(line: str) -> None:
+    """Print, but never let a closed stdout (a pipe whose reader quit) skip the shutdown."""
+    with contextlib.suppress(OSError):
+        print(line, flush=True)
 
 
 def _watch(cluster: LocalCluster) -> None:
@@ -74,5 +85,5 @@ def _watch(cluster: LocalCluster) -> None:
         time.sleep(2.0)
         for s in cluster.status():
             if s.state != last[s.node_id]:
-                print(f"kafka: broker {s.node_id} is now {s.state}", flush=True)
+                _say(f"kafka: broker {s.node_id} is now {s.state}")
                 last[s.node_id] = s.state

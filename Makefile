@@ -1,0 +1,38 @@
+# The README's two commands are `make run` and `make test`; the other targets are their parts.
+# Everything installs into .venv; jars go to $KMON_CACHE (default ~/.cache/kmon).
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+# pip runs again only when pyproject.toml changes, so a warm `make setup` takes a second.
+INSTALLED := $(VENV)/.installed
+
+.PHONY: setup run test lint unit integration bench
+
+setup: $(INSTALLED)
+	$(BIN)/kmon setup
+
+$(INSTALLED): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+# The local stack in the foreground; Ctrl-C stops it.
+run: setup
+	$(BIN)/kmon run
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+
+# The whole suite, set-up included: lint, unit tests, integration tests on a real cluster.
+test: setup lint
+	$(BIN)/pytest
+
+unit: $(INSTALLED)
+	$(BIN)/pytest tests/unit
+
+integration: setup
+	$(BIN)/pytest tests/integration
+
+bench:
+	@echo "no benchmarks yet: bench/ arrives with the monitor"

@@ -1,0 +1,64 @@
+"""Pid files are checked against /proc, never trusted."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kmon.local import procs
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process whose command line carries a recognisable marker argument."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "marker-arg"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_read_pid_believes_only_a_live_process_with_the_marker(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    pid_file = tmp_path / "pid"
+    assert procs.read_pid(pid_file, "marker-arg") is None  # no file
+    pid_file.write_text("not a pid\n")
+    assert procs.read_pid(pid_file, "marker-arg") is None
+    pid_file.write_text(f"{sleeper.pid}\n")
+    assert procs.read_pid(pid_file, "marker-arg") == sleeper.pid
+    assert procs.read_pid(pid_file, "some-other-config") is None  # a reused pid
+    sleeper.kill()
+    sleeper.wait()
+    assert procs.read_pid(pid_file, "marker-arg") is None  # stale
+
+
+def test_stopped_and_zombie_states(sleeper: subprocess.Popen[bytes]) -> None:
+    sleeper.send_signal(signal.SIGSTOP)
+    procs.wait_dead(sleeper.pid, 0.2)  # give the kernel a moment; it is not dead
+    assert procs.is_stopped(sleeper.pid) and procs.is_alive(sleeper.pid)
+    sleeper.send_signal(signal.SIGCONT)
+    sleeper.send_signal(signal.SIGKILL)
+    assert procs.wait_dead(sleeper.pid, 10)  # a zombie (not yet reaped) counts as dead
+    assert not procs.is_alive(sleeper.pid)
+
+
+def test_port_in_use() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert procs.port_in_use(port)
+    assert not procs.port_in_use(port)
+
+
+def test_tail(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert procs.tail(log, 2) == "line 98\nline 99"
+    assert "no log" in procs.tail(tmp_path / "missing.log")
