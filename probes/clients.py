@@ -8,6 +8,7 @@ Every setting below that is not librdkafka's default says why it is set.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Callable
@@ -119,32 +120,46 @@ def events_producer_config(cfg: ProbeConfig, error_cb: Callable[[Any], None] | N
 
 
 def validate(cfg: ProbeConfig) -> None:
-    """Let librdkafka vet every client config now; its error names the section's setting."""
-    checks: list[tuple[str, Callable[[], Any]]] = [
-        ("producer", lambda: Producer(producer_config(cfg, "kmon-validate"))),
-        ("producer", lambda: Producer(producer_config(cfg, "kmon-validate", "kmon-validate"))),
-        ("consumer", lambda: Consumer(consumer_config(cfg, "kmon-validate", "kmon-validate"))),
-        ("admin", lambda: AdminClient(admin_config(cfg, "kmon-validate"))),
+    """Let librdkafka vet every client config now; the error names the offending setting."""
+    checks: list[tuple[str, Callable[[ProbeConfig], Any]]] = [
+        ("producer", lambda c: Producer(producer_config(c, "kmon-validate"))),
+        ("producer", lambda c: Producer(producer_config(c, "kmon-validate", "kmon-validate"))),
+        ("consumer", lambda c: Consumer(consumer_config(c, "kmon-validate", "kmon-validate"))),
+        ("admin", lambda c: AdminClient(admin_config(c, "kmon-validate"))),
     ]
     if cfg.events_enabled:
-        checks.append(("events.producer", lambda: Producer(events_producer_config(cfg))))
+        checks.append(("events.producer", lambda c: Producer(events_producer_config(c))))
     for section, make in checks:
-        try:
-            client = make()
-        except (KafkaException, ValueError, TypeError) as e:
-            raise ConfigError(_culprit(cfg, section, str(e)), f"rejected by librdkafka: {e}",
-                              ) from None
-        close_quietly(client, 1.0)
+        error = _try(make, cfg)
+        if error is not None:
+            raise ConfigError(_culprit(cfg, section, make), f"rejected by librdkafka: {error}")
 
 
-def _culprit(cfg: ProbeConfig, section: str, message: str) -> str:
-    """The dotted setting a librdkafka error message names, else the section."""
-    sections = {"producer": ("producer", "kafka"), "consumer": ("consumer", "kafka"),
-                "admin": ("admin", "kafka"),
-                "events.producer": ("events.producer", "events.kafka", "kafka")}[section]
-    for sec in sections:
-        for prop in cfg.clients[sec]:
-            if f'"{prop}"' in message or f"'{prop}'" in message or f"{prop}:" in message:
+def _try(make: Callable[[ProbeConfig], Any], cfg: ProbeConfig) -> str | None:
+    try:
+        client = make(cfg)
+    except (KafkaException, ValueError, TypeError) as e:
+        return str(e.args[0].str() if e.args and hasattr(e.args[0], "str") else e)
+    close_quietly(client, 1.0)
+    return None
+
+
+_BASES = {"producer": ("kafka", "producer"), "consumer": ("kafka", "consumer"),
+          "admin": ("kafka", "admin"),
+          "events.producer": ("kafka", "events.kafka", "events.producer")}
+
+
+def _culprit(cfg: ProbeConfig, section: str, make: Callable[[ProbeConfig], Any]) -> str:
+    """The user setting that makes ``make`` fail on its own (librdkafka's message may name an
+    alias, e.g. request.required.acks for acks); the section when none does alone."""
+    for sec in _BASES[section]:
+        for prop, value in cfg.clients[sec].items():
+            if prop == "bootstrap.servers":
+                continue
+            alone = copy.copy(cfg)
+            alone.clients = {s: ({prop: value} if s == sec else {}) for s in cfg.clients}
+            alone.clients["kafka"].setdefault("bootstrap.servers", "localhost:9092")
+            if _try(make, alone) is not None:
                 return f"{sec}.{prop}"
     return section + ".*"
 

@@ -274,14 +274,22 @@ class Workload:
             "ops": completed,
             "ops_per_second": round(completed / seconds, 1),
             "outcomes": dict(sorted(counts.items())),
-            "info_share": round(sum(v for k, v in counts.items() if k.endswith(" info"))
-                                / completed, 4) if completed else 0.0,
+            # info among send/poll/txn completions (crash ops always complete info)
+            "info_share": _share(counts, "info"),
+            "fail_share": _share(counts, "fail"),
             "events_emitted": self.emitter.emitted if self.emitter else 0,
             "events_dropped": self.emitter.dropped if self.emitter else 0,
             "events_undelivered_at_exit": undelivered,
             "abandoned_ops": self.abandoned,
             "processes_used": self._next_pid,
         }
+
+
+def _share(counts: Counter[str], type_: str) -> float:
+    total = sum(v for k, v in counts.items() if k.split()[0] in ("send", "poll", "txn"))
+    n = sum(v for k, v in counts.items() if k.split()[0] in ("send", "poll", "txn")
+            and k.endswith(" " + type_))
+    return round(n / total, 4) if total else 0.0
 
 
 @contextlib.contextmanager

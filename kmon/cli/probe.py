@@ -86,7 +86,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kmon.probes.librdkafka").setLevel(logging.WARNING)
+    # librdkafka logs every refused connection while a broker is down; its errors are counted
+    # in kmon_probe_client_errors_total instead. --log-level DEBUG shows them all.
+    level = logging.getLevelName(args.log_level.upper())
+    logging.getLogger("kmon.probes.librdkafka").setLevel(
+        level if level == logging.DEBUG else logging.CRITICAL)
     try:
         cfg = probe_config.load(args.config, overrides=overrides_from_args(args))
     except probe_config.ConfigError as e:
