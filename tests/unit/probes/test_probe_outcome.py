@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-
 from kmon.probes.outcome import (
     FAIL,
     INFO,
