@@ -33,7 +33,7 @@ def _writer(st: KeyState, code: int) -> tuple[int, int, list | None, int]:
     """(flags, writer op, loose record or None, slot or -1) of the value ``code``."""
     i, rec = st.record_of(code)
     if i >= 0:
-        return st.flg[i], st.wref[i], None, i
+        return st.flg[i], st.writer(i), None, i
     if rec is not None:
         return rec[1], rec[2], rec, -1
     return 0, -1, None, -1

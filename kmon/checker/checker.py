@@ -44,6 +44,8 @@ class Checker:
         self.config = config or CheckConfig()
         allowed_anomalies(self.config.isolation)  # fail fast on a bad isolation level
         self.fold_config = self.config.fold_config()
+        # Online-style runs (a grace period) keep millisecond ack times, offline exact ones.
+        self.compact = self.config.grace_ns is not None
         self.keys: dict[Any, KeyState] = {}
         self.txns = TxnStage(self.config.grace_ns)
         self.sink = Sink(collect_lags=self.config.collect_lags)
@@ -56,7 +58,7 @@ class Checker:
     def key_state(self, key: Any) -> KeyState:
         st = self.keys.get(key)
         if st is None:
-            st = self.keys[key] = KeyState(key)
+            st = self.keys[key] = KeyState(key, compact=self.compact)
         return st
 
     def apply(self, op: Op) -> None:
@@ -67,8 +69,6 @@ class Checker:
             self.workload_ops += 1
         if op.type == "invoke":
             self.invoked_at[op.process] = op.time
-            if op.f != "poll":
-                self._apply_fragments(split(op))
             return
         invoke_time = self.invoked_at.pop(op.process, op.time)
         if op.meta is not None and op.meta.invoke_time is not None:
@@ -90,7 +90,7 @@ class Checker:
         for fr in frags:
             st = keys.get(fr.key)
             if st is None:
-                st = keys[fr.key] = KeyState(fr.key)
+                st = keys[fr.key] = KeyState(fr.key, compact=self.compact)
             fold.apply(st, fr, cfg, sink)
         if sink.facts:
             self._route_facts()
@@ -183,7 +183,7 @@ class Checker:
         for reader, key, value in self.highest_reads:
             st = self.keys[key]
             i, rec = st.record_of(st.code(value))
-            flags, writer = (st.flg[i], st.wref[i]) if i >= 0 else (
+            flags, writer = (st.flg[i], st.writer(i)) if i >= 0 else (
                 (rec[1], rec[2]) if rec is not None else (0, -1))
             if writer >= 0 and flags & W_ANY and not flags & W_FAIL:
                 add_edge(g, writer, reader, "wr", key, value)
@@ -199,7 +199,7 @@ def _ww_edges(g: Graph, key: Any, st: KeyState) -> None:
         f = st.flg[i]
         if not f & VER or not f & OCCUPIED or st.val[i] == EMPTY:
             continue
-        writer = st.wref[i] if f & W_ANY and not f & W_FAIL else -1
+        writer = st.writer(i) if f & W_ANY and not f & W_FAIL else -1
         if writer >= 0 and prev >= 0:
             add_edge(g, prev, writer, "ww", key, st.value(st.val[i]))
         if writer >= 0:

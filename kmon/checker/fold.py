@@ -50,8 +50,8 @@ class FoldConfig:
 
 def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
     if fr.type == "invoke":
-        if fr.sends:
-            _register_invoke(st, fr)
+        # Nothing to learn yet: a read that beats this op's completion waits for it
+        # (aborted_read.pending_reads), which the completion then settles.
         return
     pp = st.procs.get(fr.process)
     if pp is None:
@@ -66,16 +66,6 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
         _apply_sends(st, pp, fr, deadline, sink)
     if fr.reads is not None:
         _apply_reads(st, pp, fr, deadline, cfg, sink)
-
-
-def _register_invoke(st: KeyState, fr: Fragment) -> None:
-    """Remember who is writing what, so reads that beat the completion know their writer."""
-    flags = MULTI if fr.n_writes > 1 else 0
-    loose = st.loose
-    for v, _ in fr.sends:
-        c = st.code(v)
-        if c not in loose:
-            loose[c] = [None, flags, fr.op, 0, fr.time]
 
 
 def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
@@ -123,6 +113,7 @@ def _apply_reads(
                 if not f & READ:
                     a = st.atime[i]
                     if a:
+                        a = st.ns(a)
                         sink.e2e.append((st.key, t - a if t > a else 0))
                     st.flg[i] = f | VER | READ
                 ch = i >> CHUNK_BITS
@@ -215,8 +206,7 @@ def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
     del st.ctime[:drop]
     del st.amin[:drop]
     st.base += n
-    st.compacted = True
-    st.rebuild_index()
+    st.compacted = True  # index entries below base now act as tombstones: no rebuild needed
     if st.vals:
         live = {c for c in st.val if c != EMPTY and not is_direct(c)} | set(st.loose)
         st.vals = {c: v for c, v in st.vals.items() if c in live}

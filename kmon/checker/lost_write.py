@@ -92,7 +92,7 @@ def _verdict(st: KeyState, off: int, reader: int, sink: Sink) -> None:
     home = st.find(code)
     if f & READ or (home >= 0 and st.flg[home - st.base] & READ):
         return
-    value, writer = st.value(code), st.wref[i]
+    value, writer = st.value(code), st.writer(i)
     if f & VER:
         sink.anomaly(LOST_WRITE, {"key": st.key, "value": value, "offset": off,
                                   "writer": writer, "reader": reader,

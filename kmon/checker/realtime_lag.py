@@ -19,7 +19,7 @@ from kmon.checker.state import BLOCK_BITS, CHUNK, CHUNK_BITS, INF, OCCUPIED, Key
 
 
 def first_ack_after(st: KeyState, pos: int) -> int:
-    """Earliest ok-ack time of any offset above ``pos`` in the window (INF if none).
+    """Earliest ok-ack of any offset above ``pos`` in the window, in ack units (INF if none).
 
     Scans at most one partial block, then per-block minima to the chunk's end, then per-chunk
     minima: exact, and cheap however far behind the consumer is.
@@ -60,6 +60,7 @@ def sample_tracked(st: KeyState, process: Any, invoke_time: int, sink: Sink) -> 
 
 
 def sample(st: KeyState, pos: int, invoke_time: int, process: Any, sink: Sink) -> None:
-    behind_since = first_ack_after(st, pos)
+    units = first_ack_after(st, pos)
+    behind_since = st.ns(units) if units < INF else INF
     lag = invoke_time - behind_since if behind_since < invoke_time else 0
     sink.lags.append((invoke_time, process, st.key, lag))

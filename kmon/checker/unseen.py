@@ -43,11 +43,20 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
     """Give one ``unseen`` verdict to values acknowledged more than ``grace`` ago, still unread."""
     flg, atime = st.flg, st.atime
     horizon = watermark - grace
-    for i in range(len(flg)):
+    limit = st.units(horizon)
+    start = st.unseen_from - st.base if st.unseen_from > st.base else 0
+    settled = True  # everything scanned so far is read, judged, or not acknowledged
+    for i in range(start, len(flg)):
         f = flg[i]
-        if _acked_unread(f) and not f & UNSEEN_DONE and 0 < atime[i] <= horizon:
-            flg[i] = f | UNSEEN_DONE
-            sink.unseen.append((st.key, st.value(st.val[i]), st.base + i, atime[i]))
+        if _acked_unread(f) and not f & UNSEEN_DONE:
+            if 0 < atime[i] <= limit:
+                flg[i] = f | UNSEEN_DONE
+                sink.unseen.append((st.key, st.value(st.val[i]), st.base + i, st.ack_ns(i)))
+            elif settled:
+                settled = False
+                st.unseen_from = st.base + i
+    if settled:
+        st.unseen_from = st.base + len(flg)
     for code, rec in st.loose.items():  # acknowledged without an offset
         f = rec[1]
         if f & W_OK and not f & (READ | UNSEEN_DONE) and 0 < rec[3] <= horizon:

@@ -51,15 +51,16 @@ def duplicate(st: KeyState, code: int, first: int, second: int, sink: Sink) -> N
 def _fill(st: KeyState, i: int, code: int, flags: int, writer: int, ack: int) -> None:
     st.val[i] = code
     st.flg[i] = flags
-    st.wref[i] = writer
+    st.set_writer(i, writer)
     st.atime[i] = 0
-    if ack:
+    if ack > 0:
         st.set_ack(i, ack)
 
 
 def _displace(st: KeyState, i: int) -> None:
     """Move the (not yet visible) value out of slot ``i`` so a visible one can take it."""
-    st.loose[st.val[i]] = [st.base + i, st.flg[i], st.wref[i], st.atime[i], st.max_time]
+    ack = st.ack_ns(i)
+    st.loose[st.val[i]] = [st.base + i, st.flg[i], st.writer(i), max(ack, 0), st.max_time]
 
 
 def place_read(st: KeyState, off: int, code: int, fr: Fragment, sink: Sink) -> int:
@@ -76,8 +77,8 @@ def place_read(st: KeyState, off: int, code: int, fr: Fragment, sink: Sink) -> i
     if f & OCCUPIED:
         held = st.val[i]
         if held == code:
-            if not f & READ and st.atime[i]:
-                sink.e2e.append((st.key, max(0, fr.time - st.atime[i])))
+            if not f & READ:
+                _first_read(st, st.ack_ns(i), fr.time, sink)
             st.flg[i] = f | VER | READ
             return i
         if f & VER:
@@ -108,7 +109,7 @@ def _conflicting_read(
 
 
 def _first_read(st: KeyState, ack: int, t: int, sink: Sink) -> None:
-    if ack:
+    if ack > 0:
         sink.e2e.append((st.key, max(0, t - ack)))
 
 
@@ -120,9 +121,9 @@ def _settle_read(st: KeyState, i: int, off: int, code: int, t: int, sink: Sink) 
         if st.flg[j] & VER:
             duplicate(st, code, home, off, sink)
         if not st.flg[j] & READ:
-            _first_read(st, st.atime[j], t, sink)
+            _first_read(st, st.ack_ns(j), t, sink)
         st.flg[j] |= READ
-        _fill(st, i, code, VER | READ | (st.flg[j] & _WRITER_BITS), st.wref[j], 0)
+        _fill(st, i, code, VER | READ | (st.flg[j] & _WRITER_BITS), st.writer(j), 0)
         return
     rec = st.loose.get(code)
     if rec is not None and rec[0] is None:  # invoked, or completed without an offset
@@ -177,7 +178,7 @@ def place_send(
 
 def _teach_writer(st: KeyState, i: int, wflags: int, writer: int, ack: int) -> None:
     st.flg[i] = (st.flg[i] & ~W_ANY) | wflags
-    st.wref[i] = writer
+    st.set_writer(i, writer)
     if ack and not st.atime[i]:
         st.set_ack(i, ack)
 
