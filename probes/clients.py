@@ -164,6 +164,35 @@ def _culprit(cfg: ProbeConfig, section: str, make: Callable[[ProbeConfig], Any])
     return section + ".*"
 
 
+class Hung(Exception):
+    """A client call outlived its own timeout (librdkafka #5456: send_offsets_to_transaction
+    can ignore its timeout while a coordinator is down)."""
+
+
+def bounded(fn: Callable[..., Any], *args: Any, timeout: float, name: str) -> Any:
+    """``fn(*args)`` in a helper thread; raises ``Hung`` if it has not returned in ``timeout``.
+
+    The abandoned call keeps its client alive (the thread holds a reference), so the client
+    must never be used or closed again: destroying a handle under a call in progress is unsafe.
+    """
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=call, name=f"kmon-probe-{name}", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise Hung(f"{name} did not return within {timeout:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 def close_quietly(client: Any, timeout: float) -> bool:
     """Close ``client`` in a helper thread, waiting at most ``timeout`` seconds.
 

@@ -45,11 +45,13 @@ _REJECTED = frozenset((
 ))
 
 
-def error_name(err: KafkaError | BaseException | None) -> str:
+def error_name(err: KafkaError | BaseException | str | None) -> str:
     """The librdkafka error name (``_MSG_TIMED_OUT``, ``NOT_LEADER_FOR_PARTITION``, ...), for
     the ``code`` label; ``python:<Type>`` for errors that are not Kafka's."""
     if err is None:
         return ""
+    if isinstance(err, str):
+        return "probe:timeout"  # the probe's own verdict: no answer within the op timeout
     if isinstance(err, KafkaError):
         return err.name()
     kerr = kafka_error(err)
@@ -68,9 +70,9 @@ def kafka_error(exc: BaseException) -> KafkaError | None:
     return None
 
 
-def error_text(err: KafkaError | BaseException | None) -> str | None:
-    if err is None:
-        return None
+def error_text(err: KafkaError | BaseException | str | None) -> str | None:
+    if err is None or isinstance(err, str):
+        return err
     kerr = err if isinstance(err, KafkaError) else kafka_error(err)
     if kerr is not None:
         return f"{kerr.name()}: {kerr.str()}"

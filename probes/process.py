@@ -90,6 +90,10 @@ class Process:
         self.epochs: dict[int, int] = {}
         self.leaders: dict[tuple[str, int], int] = {}
         self.leaders_at = 0.0
+        # Next offset this consumer reads per key (after its reads and rewinds), and those of
+        # the keys the last rebalance revoked: see _on_assign.
+        self.positions: dict[int, int] = {}
+        self.revoked_positions: dict[int, int] = {}
         self.errors: list[str] = []  # error texts gathered during the current op
         self.broken = False  # a client is in an unknown state: crash after this op
 
@@ -105,17 +109,34 @@ class Process:
         return self.producer
 
     def _txn_producer(self) -> Producer:
-        """The transactional producer, initialised (raises KafkaException when it cannot be)."""
+        """The transactional producer, initialised (raises OpFailed when it cannot be)."""
         if self.txn_producer is None:
             p = Producer(C.producer_config(self.cfg, self._client_id("t"), self.transactional_id,
                                            error_cb=self.wl.count_error))
             try:
-                p.init_transactions(self.cfg.op_timeout)
+                self._txn_call(p, "init_transactions", self.cfg.op_timeout)
+            except C.Hung as e:
+                raise OpFailed(e) from e  # p is abandoned, never closed (see clients.bounded)
             except (KafkaException, KafkaError) as e:
                 C.close_quietly(p, self.cfg.close_timeout)
                 raise OpFailed(e) from e
             self.txn_producer = p
         return self.txn_producer
+
+    def _txn_call(self, producer: Producer, method: str, *args: Any) -> Any:
+        """A transactional API call, bounded even where librdkafka ignores its own timeout.
+
+        A call that hangs abandons its producer for good; the replacement's
+        ``init_transactions`` fences it.
+        """
+        try:
+            return C.bounded(getattr(producer, method), *args,
+                             timeout=self.cfg.op_timeout + self.cfg.close_timeout, name=method)
+        except C.Hung:
+            if producer is self.txn_producer:
+                self.txn_producer = None
+            self.wl.abandoned_clients.append(producer)
+            raise
 
     def _new_consumer(self, mode: str) -> Consumer:
         group = f"{self.cfg.topic_prefix}-{mode}"
@@ -138,6 +159,8 @@ class Process:
         self.mode = None
         self.assigned, self.subscribed = [], []
         self.epochs.clear()
+        self.positions.clear()
+        self.revoked_positions.clear()
 
     def respawn(self) -> None:
         """New clients under a fresh process id (after a crash or an info completion)."""
@@ -206,14 +229,44 @@ class Process:
 
     # -- rebalance callbacks (run on this thread, inside consume() or close()) ---------------
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions assigned. Those the same rebalance revoked from this consumer resume
+        where it was (``restore_positions``), the others start from the committed offset.
+
+        An eager rebalance revokes every partition and assigns them anew, so without this a
+        consumer that keeps a partition restarts it from the committed offset, possibly after a
+        read earlier in the same op. Nobody else can have read the partition between the revoke
+        and the assign (it had no owner), and everything below this consumer's position was
+        read by it, so resuming skips nothing. The checker exempts the op with the rebalance,
+        but takes the op's last read as the position for the next op (see docs/probes.md).
+        """
         self._rebalanced("assigned", partitions)
+        restore = self.revoked_positions if self.cfg.restore_positions else {}
+        self.revoked_positions = {}
+        restored = False
+        for tp in partitions:
+            k = self.keys.key(tp.topic, tp.partition)
+            if k is not None and k in restore:
+                tp.offset = restore[k]
+                restored = True
+            elif k is not None:
+                self.positions.pop(k, None)
+        if restored:
+            consumer.assign(partitions)  # instead of the automatic assign after this callback
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._rebalanced("revoked", partitions)
+        for tp in partitions:
+            k = self.keys.key(tp.topic, tp.partition)
+            if k is not None and k in self.positions:
+                self.revoked_positions[k] = self.positions.pop(k)
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._rebalanced("lost", partitions)
+        self._rebalanced("lost", partitions)  # others may own them now: no position to keep
+        for tp in partitions:
+            k = self.keys.key(tp.topic, tp.partition)
+            self.positions.pop(k, None)
+            self.revoked_positions.pop(k, None)
 
     def _rebalanced(self, kind: str, partitions: list[TopicPartition]) -> None:
         self.wl.metrics.rebalances.labels(kind=kind).inc()
@@ -249,6 +302,7 @@ class Process:
             if k is None:
                 continue
             reads.setdefault(k, []).append((m.offset(), decode_value(m.value())))
+            self.positions[k] = m.offset() + 1
             epoch = m.leader_epoch()
             if epoch is not None and epoch >= 0:
                 self.epochs[k] = epoch
@@ -292,6 +346,7 @@ class Process:
                 C.close_quietly(old, self.cfg.close_timeout)  # callbacks land in this op
                 self.consumer = self._new_consumer(ASSIGN)
             self.consumer.assign([TopicPartition(*self.keys.topic_partition(k)) for k in keys])
+            self.positions.clear()  # every assigned key restarts from its committed offset
         except (KafkaException, RuntimeError) as e:
             self._error(e)
             self._complete(INFO, list(keys), keys)
@@ -308,6 +363,8 @@ class Process:
             if self.mode != SUBSCRIBE or self.consumer is None:
                 old, self.consumer = self.consumer, None
                 C.close_quietly(old, self.cfg.close_timeout)
+                self.positions.clear()
+                self.revoked_positions.clear()
                 self.consumer = self._new_consumer(SUBSCRIBE)
             self.consumer.subscribe(topics, on_assign=self._on_assign,
                                     on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -413,14 +470,14 @@ class Process:
             elif left or len(reports) < n_sends:
                 body_error = f"no delivery report within {self.cfg.op_timeout:g}s"
             elif last_read:
-                tp.send_offsets_to_transaction(
-                    self._next_offsets(last_read), self.consumer.consumer_group_metadata(),
-                    self.cfg.op_timeout)
+                self._txn_call(tp, "send_offsets_to_transaction",
+                               self._next_offsets(last_read),
+                               self.consumer.consumer_group_metadata(), self.cfg.op_timeout)
         except OpFailed as e:
             body_error = e.__cause__ or e
             if began:  # only a poll raises this after begin: the consumer's state is unknown
                 self.broken = True
-        except (KafkaException, KafkaError, BufferError, RuntimeError) as e:
+        except (KafkaException, KafkaError, BufferError, RuntimeError, C.Hung) as e:
             body_error = e
         for i, (err, offset) in reports.items():
             if err is None and offset is not None and offset >= 0:
@@ -435,9 +492,9 @@ class Process:
             return True
         if body_error is None and not deliberate:
             try:
-                self.txn_producer.commit_transaction(self.cfg.op_timeout)
+                self._txn_call(self.txn_producer, "commit_transaction", self.cfg.op_timeout)
                 committed = True
-            except (KafkaException, KafkaError) as e:
+            except (KafkaException, KafkaError, C.Hung) as e:
                 self._error(e)
                 committed = False  # never abort after this: the commit may still land
             self._complete(txn_outcome(committed=committed, aborted=None), result, touched, **meta)
@@ -459,9 +516,9 @@ class Process:
         """
         if clean:
             try:
-                self.txn_producer.abort_transaction(self.cfg.op_timeout)
+                self._txn_call(self.txn_producer, "abort_transaction", self.cfg.op_timeout)
                 return True
-            except (KafkaException, KafkaError) as e:
+            except (KafkaException, KafkaError, C.Hung) as e:
                 self._error(e)
                 return False
         self._drop_txn_producer()
@@ -486,6 +543,7 @@ class Process:
                 topic, partition = self.keys.topic_partition(k)
                 if (topic, partition) in assigned:  # else revoked in the op: nothing to rewind
                     self.consumer.seek(TopicPartition(topic, partition, off))
+                    self.positions[k] = off
         except (KafkaException, RuntimeError) as e:
             self._error(e)
             return False

@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import sys
 import threading
 import time
+import traceback
 from collections import Counter
 from typing import Any, TextIO
 
@@ -83,6 +85,9 @@ class Workload:
         self.stopped_at = 0.0
         self.abandoned = 0
         self.last_summary: dict[str, Any] = {}
+        self._reported_stuck: set[tuple[int, int]] = set()
+        # Clients whose call hung past every timeout: kept referenced, never closed.
+        self.abandoned_clients: list[Any] = []
 
     # -- shared services for processes ------------------------------------------------------
 
@@ -165,8 +170,27 @@ class Workload:
             try:
                 self.keyspace.maintain(grace)
                 self.metrics.keys_live.set(self.keyspace.writable_count())
+                self._watch_stuck(grace)
             except Exception:
                 log.exception("probe upkeep failed; retrying")
+
+    def _watch_stuck(self, limit: float) -> None:
+        """Log (once per op) where a process is stuck when an op outlives every timeout."""
+        now = time.time_ns()
+        with self.recorder.lock:
+            pending = {p: op for p, op in self.recorder.pending.items()}
+        frames = sys._current_frames()
+        for proc, t in zip(self.processes, self.threads, strict=True):
+            op = pending.get(proc.pid)
+            if op is None or (now - op.invoke_time) / 1e9 < limit:
+                continue
+            key = (proc.pid, op.invoke_time)
+            if key in self._reported_stuck or t.ident not in frames:
+                continue
+            self._reported_stuck.add(key)
+            log.warning("process %d has been in a %s op for %.0fs, in:\n%s", proc.pid, op.f,
+                        (now - op.invoke_time) / 1e9,
+                        "".join(traceback.format_stack(frames[t.ident])))
 
     def _loop(self, proc: Process) -> None:
         while not self.stopping.is_set():
@@ -243,6 +267,11 @@ class Workload:
         if hung:
             log.warning("%d processes still in an op after %.0fs: reported info", len(hung),
                         budget)
+            frames = sys._current_frames()
+            for t in self.threads:
+                if t.is_alive() and t.ident in frames:
+                    stack = "".join(traceback.format_stack(frames[t.ident]))
+                    log.warning("%s is stuck in:\n%s", t.name, stack)
             self.abandoned = self.recorder.complete_abandoned(
                 "probe shut down before the op completed")
         if cfg.final_read_timeout > 0:
@@ -282,6 +311,7 @@ class Workload:
             "events_undelivered_at_exit": undelivered,
             "abandoned_ops": self.abandoned,
             "processes_used": self._next_pid,
+            "hung_clients": len(self.abandoned_clients),
         }
 
 

@@ -43,7 +43,7 @@ BUSY = {
     "subscribe_share": "0.6",
     "mode_switch_ops": "25",
     "catchup_interval": "15",
-    "values_per_key": "250",  # rotate keys: new topics appear and drained ones are deleted
+    "values_per_key": "80",  # rotate keys: new topics appear and drained ones are deleted
     "drain_time": "5",
     "metrics.port": "0",
     "seed": "5",

@@ -71,9 +71,11 @@ def test_error_names_for_the_code_label() -> None:
     assert error_name(KafkaException(KafkaError(KafkaError._FENCED))) == "_FENCED"
     assert error_name(BufferError("full")) == "python:BufferError"
     assert error_name(None) == ""
+    assert error_name("no delivery report within 10s") == "probe:timeout"
 
 
 def test_error_text_names_the_error() -> None:
     assert error_text(KafkaError(KafkaError._MSG_TIMED_OUT)).startswith("_MSG_TIMED_OUT: ")
     assert error_text(ValueError("bad")) == "ValueError: bad"
     assert error_text(None) is None
+    assert error_text("no delivery report within 10s") == "no delivery report within 10s"
