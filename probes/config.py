@@ -188,7 +188,7 @@ SETTINGS: tuple[Setting, ...] = (
     # outputs
     Setting("history", _opt_str, None, "also write the history to this .jsonl file"),
     Setting("events.enabled", _bool, True, "emit op events to the events topic"),
-    Setting("events.topic", _str, "kmon-op-events", "the op events topic", _topic),
+    Setting("events.topic", _str, "kmon-events", "the op events topic", _topic),
     Setting("events.partitions", _int, 6, "partitions of the events topic if the probe "
             "creates it", _between(1, 10000)),
     Setting("events.replication_factor", _int, 3, "replication factor of the events topic if "

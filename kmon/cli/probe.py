@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, metavar="SECONDS",
                    help="stop after this long (default 0: run until SIGTERM)")
     p.add_argument("--history", metavar="FILE", help="also write the history as .jsonl")
-    p.add_argument("--events-topic", metavar="TOPIC", help="op events topic (kmon-op-events)")
+    p.add_argument("--events-topic", metavar="TOPIC", help="op events topic (default kmon-events)")
     p.add_argument("--no-events", dest="events", action="store_false",
                    help="do not emit op events (needs --history)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
