@@ -541,9 +541,11 @@ class Process:
             assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
             for k, off in first_read.items():
                 topic, partition = self.keys.topic_partition(k)
-                if (topic, partition) in assigned:  # else revoked in the op: nothing to rewind
+                if (topic, partition) in assigned:
                     self.consumer.seek(TopicPartition(topic, partition, off))
                     self.positions[k] = off
+                elif k in self.revoked_positions:  # revoked in the op: resume there if it
+                    self.revoked_positions[k] = off  # comes back in the same rebalance
         except (KafkaException, RuntimeError) as e:
             self._error(e)
             return False
