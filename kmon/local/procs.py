@@ -26,7 +26,9 @@ def spawn(cmd: Sequence[str], log_path: Path, cwd: Path) -> int:
     """Start ``cmd`` in its own session, output appended to ``log_path``; returns its pid.
 
     Its own session: Ctrl-C in a terminal reaches kmon, which stops things in order, rather
-    than every server at once.
+    than every server at once. Returns once the new program's command line is visible in
+    /proc: the parent can resume while the kernel is still inside exec, when the command
+    line reads empty and the pid would not yet pass ``read_pid``.
     """
     with open(log_path, "ab") as log:
         child = subprocess.Popen(
@@ -34,6 +36,9 @@ def spawn(cmd: Sequence[str], log_path: Path, cwd: Path) -> int:
             cwd=cwd, start_new_session=True,
         )
     _children[child.pid] = child
+    deadline = time.monotonic() + 5.0
+    while not cmdline(child.pid) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
     return child.pid
 
 

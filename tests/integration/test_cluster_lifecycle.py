@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -72,3 +73,27 @@ def test_down_leaves_nothing_and_up_ignores_stale_pid_files(
 
     # Same data dirs: what was acknowledged before `down` is still there.
     assert sorted(read_all(cluster.bootstrap, topic, expected=len(sent))) == sorted(sent)
+
+
+def test_kmon_run_leaves_a_cluster_it_did_not_start_running(local_cluster: LocalCluster) -> None:
+    before = local_cluster.pids()
+    where = ["--home", str(local_cluster.home), "--port-base", str(local_cluster.ports.base)]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "kmon.cli", "run", *where], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        lines = []
+        assert run.stdout is not None
+        for line in run.stdout:
+            lines.append(line)
+            if line.startswith("running;"):
+                break
+        assert any(local_cluster.bootstrap in line for line in lines), lines
+        assert any("already running" in line for line in lines), lines
+        run.send_signal(signal.SIGTERM)  # handled like Ctrl-C
+        assert run.wait(60) == 0
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert local_cluster.pids() == before

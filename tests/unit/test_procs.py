@@ -62,3 +62,16 @@ def test_tail(tmp_path: Path) -> None:
     log.write_text("".join(f"line {i}\n" for i in range(100)))
     assert procs.tail(log, 2) == "line 98\nline 99"
     assert "no log" in procs.tail(tmp_path / "missing.log")
+
+
+def test_a_spawned_process_is_recognised_at_once(tmp_path: Path) -> None:
+    # Regression: the parent could resume while the child was still inside exec, when its
+    # command line reads empty, and a broker started a moment ago looked dead.
+    for _ in range(20):
+        pid = procs.spawn(["/bin/sh", "-c", "sleep 30", "marker-arg"], tmp_path / "log", tmp_path)
+        (tmp_path / "pid").write_text(f"{pid}\n")
+        try:
+            assert procs.read_pid(tmp_path / "pid", "marker-arg") == pid
+        finally:
+            procs.signal_pid(pid, signal.SIGKILL)
+            assert procs.wait_dead(pid, 10)
