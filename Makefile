@@ -34,5 +34,6 @@ unit: $(INSTALLED)
 integration: setup
 	$(BIN)/pytest tests/integration
 
-bench:
-	@echo "no benchmarks yet: bench/ arrives with the monitor"
+# Benchmarks print figures; nothing is asserted. Run them on a quiet machine.
+bench: setup
+	$(BIN)/python bench/bench_checker.py

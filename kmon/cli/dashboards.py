@@ -6,11 +6,8 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "dashboards",
-        help="Generate Grafana dashboards and alert rules, or push them to Grafana.",
-        description="Generate Grafana dashboards and alert rules, or push them to Grafana.",
-    )
+    p = sub.add_parser("dashboards", help=__doc__.split(": ", 1)[1],
+                       description=__doc__.split(": ", 1)[1])
     p.set_defaults(func=run)
 
 

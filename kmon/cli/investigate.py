@@ -6,11 +6,8 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "investigate",
-        help="Tell the story of an anomaly: the ops around a key and offset.",
-        description="Tell the story of an anomaly: the ops around a key and offset.",
-    )
+    p = sub.add_parser("investigate", help=__doc__.split(": ", 1)[1],
+                       description=__doc__.split(": ", 1)[1])
     p.set_defaults(func=run)
 
 

@@ -6,11 +6,8 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "monitor",
-        help="Run the Spark Structured Streaming monitor over the op events topic.",
-        description="Run the Spark Structured Streaming monitor over the op events topic.",
-    )
+    p = sub.add_parser("monitor", help=__doc__.split(": ", 1)[1],
+                       description=__doc__.split(": ", 1)[1])
     p.set_defaults(func=run)
 
 

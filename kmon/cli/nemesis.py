@@ -1,7 +1,4 @@
-"""`kmon nemesis`: Inject real faults into the local cluster.
-
-Pauses, crashes, network faults, DeleteRecords.
-"""
+"""`kmon nemesis`: Inject real faults into the local cluster."""
 
 from __future__ import annotations
 
@@ -9,13 +6,8 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "nemesis",
-        help="Inject real faults into the local cluster (pauses, crashes, network, DeleteRecords).",
-        description=(
-            "Inject real faults into the local cluster (pauses, crashes, network, DeleteRecords)."
-        ),
-    )
+    p = sub.add_parser("nemesis", help=__doc__.split(": ", 1)[1],
+                       description=__doc__.split(": ", 1)[1])
     p.set_defaults(func=run)
 
 
