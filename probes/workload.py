@@ -82,6 +82,8 @@ class Workload:
         self._next_catchup = float("inf")
         self._maintenance: threading.Thread | None = None
         self.started_at = 0.0
+        self.run_ended_at = 0.0
+        self.run_ops = 0
         self.stopped_at = 0.0
         self.abandoned = 0
         self.last_summary: dict[str, Any] = {}
@@ -259,6 +261,8 @@ class Workload:
         """Stop, let in-flight ops finish, final read, close everything; returns a summary."""
         cfg = self.cfg
         self.stopping.set()
+        self.run_ended_at = time.monotonic()
+        self.run_ops = sum(self.recorder.outcomes.values())
         budget = 2 * cfg.op_timeout + 3 * cfg.close_timeout + cfg.poll_timeout + 5
         deadline = time.monotonic() + budget
         for t in self.threads:
@@ -296,12 +300,15 @@ class Workload:
     def summary(self, undelivered: int = 0) -> dict[str, Any]:
         counts: Counter[str] = Counter(self.recorder.outcomes)
         completed = sum(counts.values())
-        seconds = max(1e-9, (self.stopped_at or time.monotonic()) - self.started_at)
+        now = time.monotonic()
+        run = max(1e-9, (self.run_ended_at or now) - self.started_at)
+        run_ops = self.run_ops if self.run_ended_at else completed
         return {
             "probe": self.cfg.probe_id,
-            "seconds": round(seconds, 1),
+            "seconds": round((self.stopped_at or now) - self.started_at, 1),
             "ops": completed,
-            "ops_per_second": round(completed / seconds, 1),
+            # while the workload ran (the shutdown's final read is not paced)
+            "ops_per_second": round(run_ops / run, 1),
             "outcomes": dict(sorted(counts.items())),
             # info among send/poll/txn completions (crash ops always complete info)
             "info_share": _share(counts, "info"),
