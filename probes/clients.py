@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+
 from kmon.probes.config import ConfigError, ProbeConfig
 
 log = logging.getLogger("kmon.probes")

@@ -155,7 +155,7 @@ SETTINGS: tuple[Setting, ...] = (
             "switches (assign <-> subscribe)", _at_least(1)),
     Setting("catchup_interval", _float, 30.0, "seconds between catch-up reads (assign every "
             "live key, read to the known end); 0 disables", _at_least(0)),
-    Setting("restore_positions", _bool, True, "a subscribe-mode consumer resumes a partition a "
+    Setting("restore_positions", _bool, False, "a subscribe-mode consumer resumes a partition a "
             "rebalance revoked and gave back where it was, not at the committed offset"),
     Setting("final_read_timeout", _float, 15.0, "seconds the final catch-up read at shutdown "
             "may take; 0 skips it", _at_least(0)),

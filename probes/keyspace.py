@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+
 from kmon.probes import values as V
 from kmon.probes.config import ProbeConfig
 

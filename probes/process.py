@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+from kmon.history import KeyPlacement, Rebalance
 from kmon.probes import clients as C
 from kmon.probes import values as V
 from kmon.probes.outcome import (
@@ -51,8 +53,6 @@ from kmon.probes.outcome import (
     send_outcome,
     txn_outcome,
 )
-
-from kmon.history import KeyPlacement, Rebalance
 
 if TYPE_CHECKING:
     from kmon.probes.workload import Workload

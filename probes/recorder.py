@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from confluent_kafka import KafkaError, Producer
-from kmon.probes.metrics import ProbeMetrics
 
 from kmon.history import JsonlWriter, Op, OpMeta, Rebalance
 from kmon.history.avro import encode_op, kafka_headers
+from kmon.probes.metrics import ProbeMetrics
 
 log = logging.getLogger("kmon.probes")
 

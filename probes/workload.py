@@ -25,6 +25,7 @@ from collections import Counter
 from typing import Any, TextIO
 
 from confluent_kafka.admin import AdminClient, NewTopic
+
 from kmon.probes import clients as C
 from kmon.probes import values as V
 from kmon.probes.config import ProbeConfig

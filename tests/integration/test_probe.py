@@ -23,15 +23,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kmon.probes import config as probe_config
-from kmon.probes import values as V
-from kmon.probes.metrics import ProbeMetrics
-from kmon.probes.workload import Workload
 
 from kmon.checker import check
 from kmon.history import Op, iter_ops
 from kmon.history.avro import decode_event
 from kmon.local.cluster import LocalCluster
+from kmon.probes import config as probe_config
+from kmon.probes import values as V
+from kmon.probes.metrics import ProbeMetrics
+from kmon.probes.workload import Workload
 
 # Shares turned up from the defaults so one short run sees every kind of op many times.
 BUSY = {

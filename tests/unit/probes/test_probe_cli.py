@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
-from kmon.probes.workload import Pacer
 
 from kmon.cli import main
+from kmon.probes.workload import Pacer
 
 
 def test_help_settings_lists_every_setting(capsys: pytest.CaptureFixture) -> None:

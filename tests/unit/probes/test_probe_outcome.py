@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+
 from kmon.probes.outcome import (
     FAIL,
     INFO,

@@ -8,13 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
-from kmon.probes.metrics import ProbeMetrics
-from kmon.probes.recorder import Emitter, Recorder
 from prometheus_client import CollectorRegistry
 
 from kmon.checker import check
 from kmon.history import KeyPlacement, Rebalance, iter_jsonl
 from kmon.history.avro import decode_op
+from kmon.probes.metrics import ProbeMetrics
+from kmon.probes.recorder import Emitter, Recorder
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
 
