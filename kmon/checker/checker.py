@@ -109,18 +109,26 @@ class Checker:
         carry these; offline Jepsen histories only list keys with records.)
         """
         tracked = self._track(op)
-        if op.type != "ok" or op.f not in ("poll", "txn") or not any(
-            m[0] == "poll" for m in op.value or ()
+        if op.type != "ok" or not (
+            op.f == "poll" or (op.f == "txn" and any(m[0] == "poll" for m in op.value or ()))
         ):
             return
         polled = {fr.key for fr in frags if fr.reads is not None}
-        for k in tracked - polled:
-            st = self.keys.get(k)
-            if st is not None:
-                realtime_lag.sample_tracked(st, op.process, invoke_time, self.sink)
+        lags, p, keys = self.sink.lags, op.process, self.keys
+        for k in tracked:
+            if k in polled:
+                continue
+            st = keys.get(k)
+            if st is None:
+                lags.append((invoke_time, p, k, 0))
             else:
-                self.sink.lags.append((invoke_time, op.process, k, 0))
-        tracked.update(k for k in polled if k not in tracked)
+                pp = st.procs.get(p)
+                pos = pp.lag_pos if pp is not None else -1
+                if pos >= st.last_ack:  # caught up with every acknowledged write
+                    lags.append((invoke_time, p, k, 0))
+                else:
+                    realtime_lag.sample(st, pos, invoke_time, p, self.sink)
+        tracked.update(polled)
 
     def _track(self, op: Op) -> set[Any]:
         """Each process's consumed keys: assign sets them; rebalances and polls adjust them."""

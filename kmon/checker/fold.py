@@ -169,7 +169,10 @@ def _apply_reads(
             if hi > pp.lag_pos:
                 pp.lag_pos = hi
     if ok and cfg.collect_lags:
-        realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, fr.process, sink)
+        if pp.lag_pos >= st.last_ack:  # caught up with every acknowledged write
+            sink.lags.append((fr.invoke_time, fr.process, st.key, 0))
+        else:
+            realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, fr.process, sink)
 
 
 def advance(st: KeyState, watermark: int, cfg: FoldConfig, sink: Sink) -> None:

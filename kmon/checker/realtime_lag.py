@@ -53,12 +53,6 @@ def first_ack_after(st: KeyState, pos: int) -> int:
     return best
 
 
-def sample_tracked(st: KeyState, process: Any, invoke_time: int, sink: Sink) -> None:
-    """Lag of a key the process tracks but that this poll returned nothing for."""
-    pp = st.procs.get(process)
-    sample(st, pp.lag_pos if pp is not None else -1, invoke_time, process, sink)
-
-
 def sample(st: KeyState, pos: int, invoke_time: int, process: Any, sink: Sink) -> None:
     units = first_ack_after(st, pos)
     behind_since = st.ns(units) if units < INF else INF
