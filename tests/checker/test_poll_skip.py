@@ -154,3 +154,11 @@ def test_rebalance_after_the_reads_also_exempts_the_next_poll():
          op(5, 1, "ok", "txn", [poll({7: [(0, 10)]}), poll({7: []})], rebalance=[7]),
          op(6, 1, "invoke", "poll", [poll()]), op(7, 1, "ok", "poll", [poll({7: [(0, 10)]})])]
     assert check(h).errors == {}
+
+
+def test_aborted_poll_is_compared_with_the_last_committed_position():
+    # Like Jepsen: every completion is checked against the last ok poll's position.
+    h = history(*WRITES, READ_ALL, (1, "ok", "poll", [poll({1: [(0, "a")]})]),
+                (1, "fail", "txn", [poll({1: [(2, "c")]})]))
+    (e,) = check(h).errors["poll-skip"]
+    assert e["skipped"] == ["b"] and e["ops"] == [13, 15]
