@@ -138,7 +138,8 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
         return
     ok = fr.type == "ok"
     rb = READ | READ_OK if ok else READ
-    reveal = fr.type != "fail"  # ok and info completions reveal the offsets they read
+    # ok and info completions reveal the offsets they read (0: a failed op reveals nothing)
+    u = st.units(fr.time) if fr.type != "fail" else 0
     own = {st.code(v) for v, _ in fr.sends} if fr.sends else None
     own_read = []
     internal = not fr.rebalanced
@@ -158,8 +159,9 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
                     sink.e2e.append((st.key, t - a if t > a else 0))
             if f & rb != rb:
                 st.flg[i] = f | VER | rb
-            if reveal:
-                st.reveal(i, t)
+            a = st.atime[i]
+            if u and (not a or u < a):
+                st.reveal_units(i, u)
             ch = i >> CHUNK_BITS
             if t > st.ctime[ch]:
                 st.ctime[ch] = t

@@ -243,8 +243,11 @@ class KeyState:
         """An ok or info op completing at ``t`` showed that offset ``base + i`` exists."""
         u = self.units(t)
         a = self.atime[i]
-        if a and a <= u:
-            return
+        if not a or u < a:
+            self.reveal_units(i, u)
+
+    def reveal_units(self, i: int, u: int) -> None:
+        """``reveal`` with the time already in ``atime`` units, known to be the earliest."""
         self.atime[i] = u
         off = i + self.base
         if off > self.last_revealed:
