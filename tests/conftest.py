@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers import suite_stack
+
+from tests.helpers import suite_stack
 
 if TYPE_CHECKING:  # Kafka and Spark are imported only by the tests that use them
     from pyspark.sql import SparkSession

@@ -44,19 +44,22 @@ class Checker:
         self.config = config or CheckConfig()
         allowed_anomalies(self.config.isolation)  # fail fast on a bad isolation level
         self.fold_config = self.config.fold_config()
+        # Online-style runs (a grace period) keep millisecond ack times, offline exact ones.
+        self.compact = self.config.grace_ns is not None
         self.keys: dict[Any, KeyState] = {}
         self.txns = TxnStage(self.config.grace_ns)
         self.sink = Sink(collect_lags=self.config.collect_lags)
         self.invoked_at: dict[Any, int] = {}  # process -> time of its pending invocation
         self.tracked: dict[Any, set[Any]] = {}  # process -> keys it consumes (for lag)
-        self.highest_reads: list[tuple[int, Any, Any]] = []  # (reader op, key, value)
+        # (reader op, key, value) of every read by an ok or info op: write-read edges
+        self.reads: set[tuple[int, Any, Any]] = set()
         self.ops = 0
         self.workload_ops = 0  # send/poll/txn ops: a history without any is not a test
 
     def key_state(self, key: Any) -> KeyState:
         st = self.keys.get(key)
         if st is None:
-            st = self.keys[key] = KeyState(key)
+            st = self.keys[key] = KeyState(key, compact=self.compact)
         return st
 
     def apply(self, op: Op) -> None:
@@ -67,8 +70,6 @@ class Checker:
             self.workload_ops += 1
         if op.type == "invoke":
             self.invoked_at[op.process] = op.time
-            if op.f != "poll":
-                self._apply_fragments(split(op))
             return
         invoke_time = self.invoked_at.pop(op.process, op.time)
         if op.meta is not None and op.meta.invoke_time is not None:
@@ -80,17 +81,17 @@ class Checker:
         self._apply_fragments(frags)
         if self.config.collect_lags:
             self._lag_of_tracked(op, frags, invoke_time)
-        if self.config.cycles and op.type == "ok":
+        if self.config.cycles and op.type != "fail" and op.f in MOP_FS:
             for k, pairs in op.reads().items():
-                if pairs:
-                    self.highest_reads.append((op.index, k, max(pairs, key=_offset)[1]))
+                for _, v in pairs:
+                    self.reads.add((op.index, k, v))
 
     def _apply_fragments(self, frags: list) -> None:
         sink, cfg, keys = self.sink, self.fold_config, self.keys
         for fr in frags:
             st = keys.get(fr.key)
             if st is None:
-                st = keys[fr.key] = KeyState(fr.key)
+                st = keys[fr.key] = KeyState(fr.key, compact=self.compact)
             fold.apply(st, fr, cfg, sink)
         if sink.facts:
             self._route_facts()
@@ -103,40 +104,36 @@ class Checker:
                 self.txns.apply(fact, self.sink)
 
     def _lag_of_tracked(self, op: Op, frags: list, invoke_time: int) -> None:
-        """Sample lag on keys the process consumes that this poll returned nothing for.
+        """Sample lag on keys the process consumes that this op did not touch.
 
-        (Probes list every assigned key in each poll, empty or not, so online the fragments
-        carry these; offline Jepsen histories only list keys with records.)
+        A process tracks the keys of its last assign (none after a subscribe), plus every key
+        an ok poll or txn op of it touched, like Jepsen. (Probes list every assigned key in each
+        poll, empty or not, so online the fragments carry these.)
         """
-        tracked = self._track(op)
-        if op.type != "ok" or op.f not in ("poll", "txn") or not any(
-            m[0] == "poll" for m in op.value or ()
-        ):
-            return
-        polled = {fr.key for fr in frags if fr.reads is not None}
-        for k in tracked - polled:
-            st = self.keys.get(k)
-            if st is not None:
-                realtime_lag.sample_tracked(st, op.process, invoke_time, self.sink)
-            else:
-                self.sink.lags.append((invoke_time, op.process, k, 0))
-        tracked.update(k for k in polled if k not in tracked)
-
-    def _track(self, op: Op) -> set[Any]:
-        """Each process's consumed keys: assign sets them; rebalances and polls adjust them."""
         p = op.process
-        if op.f in ("assign", "subscribe") and op.type == "ok":
-            keys = self.tracked[p] = set(op.value or ()) if op.f == "assign" else set()
-            return keys
-        keys = self.tracked.get(p)
-        if keys is None:
-            keys = self.tracked[p] = set()
-        for r in op.rebalance_log:
-            if r.kind in ("revoked", "lost"):
-                keys.difference_update(r.keys)
-            elif r.kind == "assigned":
-                keys.update(r.keys)
-        return keys
+        if op.type != "ok":
+            return
+        if op.f in ("assign", "subscribe"):
+            self.tracked[p] = set(op.value or ()) if op.f == "assign" else set()
+            return
+        if op.f not in ("poll", "txn"):
+            return
+        tracked = self.tracked.get(p)
+        if tracked is None:
+            tracked = self.tracked[p] = set()
+        touched = {fr.key for fr in frags}
+        lags, keys = self.sink.lags, self.keys
+        for k in tracked:
+            if k in touched:
+                continue  # sampled by the fold
+            st = keys.get(k)
+            pp = st.procs.get(p) if st is not None else None
+            pos = pp.lag_pos if pp is not None else -1
+            if st is None or pos >= st.last_revealed:
+                lags.append((invoke_time, p, k, 0))
+            else:
+                realtime_lag.sample(st, pos, invoke_time, p, self.sink)
+        tracked.update(touched)
 
     def _crash(self, process: Any) -> None:
         """A crashed client's replacement consumer starts afresh: forget its positions."""
@@ -172,18 +169,20 @@ class Checker:
         reason = None
         if self.workload_ops == 0:
             reason = "no send, poll or txn operations: nothing was tested"
-        valid = reason is None and not invalidating(list(errors), self.config.isolation)
+        judged = list(errors) + (["unseen"] if any(counts.values()) else [])
+        valid = reason is None and not invalidating(judged, self.config.isolation,
+                                                    self.config.ww_deps)
         stats = {"ops": self.ops, "keys": len(self.keys),
                  "late-observations": sum(st.late for st in self.keys.values())}
         return Report(valid, errors, counts, messages, list(self.sink.lags),
-                      self.config.isolation, reason, stats)
+                      self.config.isolation, reason, stats, self.config.ww_deps)
 
     def _graph(self) -> Graph:
         g: Graph = {}
-        for reader, key, value in self.highest_reads:
+        for reader, key, value in self.reads:
             st = self.keys[key]
             i, rec = st.record_of(st.code(value))
-            flags, writer = (st.flg[i], st.wref[i]) if i >= 0 else (
+            flags, writer = (st.flg[i], st.writer(i)) if i >= 0 else (
                 (rec[1], rec[2]) if rec is not None else (0, -1))
             if writer >= 0 and flags & W_ANY and not flags & W_FAIL:
                 add_edge(g, writer, reader, "wr", key, value)
@@ -199,12 +198,9 @@ def _ww_edges(g: Graph, key: Any, st: KeyState) -> None:
         f = st.flg[i]
         if not f & VER or not f & OCCUPIED or st.val[i] == EMPTY:
             continue
-        writer = st.wref[i] if f & W_ANY and not f & W_FAIL else -1
+        writer = st.writer(i) if f & W_ANY and not f & W_FAIL else -1
         if writer >= 0 and prev >= 0:
             add_edge(g, prev, writer, "ww", key, st.value(st.val[i]))
         if writer >= 0:
             prev = writer
 
-
-def _offset(pair: tuple[int, Any]) -> int:
-    return pair[0]

@@ -14,8 +14,8 @@ Two reads are adjacent when no version-order value lies strictly between their o
 Position rules: only ok ops move a process's position, so the reads of an aborted transaction
 (which the client rewinds over) or of an op with unknown outcome neither advance nor get compared.
 An assign/subscribe covering the key, or a rebalance of it, clears the position: the consumer
-legitimately restarts from a committed offset. A rebalance during an op also exempts that op's
-own reads of the key.
+legitimately restarts from a committed offset. A rebalance during an op exempts that op's own
+reads of the key and the next poll's (the rebalance may have come before or after the reads).
 
 A skipped value may become known only after the skip (its send's completion arrives late): the
 crossed empty offsets remember the crossing, and a value landing there later reports it then.
@@ -52,12 +52,12 @@ def crossing(
     skipped = []
     start = max(lo + 1, st.base) - st.base
     end = min(hi - st.base, len(st.val))
-    flg, val, wref, atime = st.flg, st.val, st.wref, st.atime
+    flg, val = st.flg, st.val
     within = op_a == op_b
     mark = GAP | (GAP_SEND if send else 0) | (GAP_INT if within else 0)
     first = lo if within else op_a
-    # the third field: the far end of a crossing within one op, else the process
-    proc = hi if within else (process if type(process) is int else -1)
+    # the third field: how far the crossing within one op went, else the process
+    third = hi - lo if within else (process if type(process) is int else -1)
     for i in range(start, end):
         f = flg[i]
         if f & VER:
@@ -65,8 +65,8 @@ def crossing(
         elif not f & OCCUPIED:
             flg[i] = (f & ~_GAP_BITS) | mark
             val[i] = first
-            wref[i] = op_b
-            atime[i] = proc
+            st.set_writer(i, op_b)
+            st.set_small(i, third)
     return skipped
 
 
@@ -91,13 +91,14 @@ def skip_from_gap(st: KeyState, i: int, code: int, sink: Sink) -> None:
     The report merges it with the crossing's own record when there is one.
     """
     f = st.flg[i]
-    first, op_b, third = st.val[i], st.wref[i], st.atime[i]
+    first, op_b, third = st.val[i], st.writer(i), st.atime[i]
     st.flg[i] = f & ~_GAP_BITS
     skipped = [st.value(code)]
     if f & GAP_INT:
         kind = INT_SEND_SKIP if f & GAP_SEND else INT_POLL_SKIP
-        sink.anomaly(kind, {"key": st.key, "op": op_b, "offsets": [first, third],
-                            "values": [_value_at(st, first), _value_at(st, third)],
+        hi = first + third
+        sink.anomaly(kind, {"key": st.key, "op": op_b, "offsets": [first, hi],
+                            "values": [_value_at(st, first), _value_at(st, hi)],
                             "skipped": skipped, "delta": 2})
     else:
         op_a = first

@@ -7,9 +7,19 @@ slot that some op read or sent across keeps that crossing in the same arrays (``
 first op, or for a crossing within one op the offset it started from; ``wref`` = the second op;
 ``atime`` = the process) so a value arriving there later proves a skip.
 
+``atime`` of an occupied slot is when the offset was first *revealed*: the earliest completion of
+an ok or info op that sent or read it (Jepsen's realtime-lag model: from then on, lower offsets
+are no longer the end of the log).
+
 Values known but not held in a slot (a send invoked but not completed, completed without an
 offset, or displaced from its offset by a conflicting value) live in ``loose`` as
 ``[offset | None, flags, writer, ack_time]``.
+
+Encodings (so an in-flight offset costs about 22 bytes online): ``wref`` holds op indices
+relative to ``obase`` in 32 bits (widened to 64 on overflow); ``atime`` holds ack times in
+``tunit`` steps after ``tbase`` -- nanoseconds in 64 bits offline (exact, like Jepsen), but
+milliseconds in 32 bits in a *compact* state (online, where a millisecond is plenty); the value
+index holds 16-bit positions while the window is under 64k offsets.
 
 Offsets below ``base`` have been compacted: once the watermark is a grace period past every
 event that touched a chunk of 256 offsets and nothing is pending there, the chunk is dropped, so
@@ -29,7 +39,7 @@ INF = (1 << 63) - 1
 
 # Slot and loose-record flags.
 VER = 1 << 0  # in the version order: a poll read it here, or an ok send reported this offset
-READ = 1 << 1  # some poll read this value
+READ = 1 << 1  # some poll read this value (any outcome)
 SENT = 1 << 2  # a send completion reported this offset for this value
 W_OK = 1 << 3  # the writer's completion: ok ...
 W_INFO = 1 << 4  # ... info ...
@@ -39,10 +49,10 @@ GAP = 1 << 7  # empty slot some op read or sent across; the crossing is kept in 
 GAP_SEND = 1 << 8  # ... and it was between two sends of one op
 CAND = 1 << 9  # an absence verdict (lost-write / invisible write) is pending for this slot
 DECIDED = 1 << 10  # that verdict, or an unseen verdict, was emitted
-G1A_DONE = 1 << 11  # G1a already reported for this value
 VISIBLE_DONE = 1 << 12  # a visible fact was already sent for this value
 UNSEEN_DONE = 1 << 13  # an unseen verdict was already emitted for this value
 GAP_INT = 1 << 14  # the crossing was within one op: ``val`` holds the offset it started from
+READ_OK = 1 << 15  # an ok op read this value: it was consumed (what lost-write and unseen ask)
 
 W_ANY = W_OK | W_INFO | W_FAIL
 OCCUPIED = VER | SENT
@@ -80,6 +90,13 @@ class ProcPos:
         self.time = 0
 
 
+_NO_WRITER = {"i": -(1 << 31), "q": -(1 << 63)}
+_MAX_UNITS = {"i": (1 << 31) - 1, "q": (1 << 63) - 1}
+_NO_SLOT = {"H": 0xFFFF, "i": -1}
+MS = 1_000_000
+HOUR = 3600 * 1_000_000_000
+
+
 def _empty(typecode: str, n: int, fill: int) -> array:
     return array(typecode, [fill]) * n
 
@@ -87,30 +104,66 @@ def _empty(typecode: str, n: int, fill: int) -> array:
 class KeyState:
     """Everything the fold remembers about one key. See the module docstring."""
 
-    def __init__(self, key: Any) -> None:
+    __slots__ = (
+        "amin",
+        "atime",
+        "base",
+        "bmin",
+        "cands",
+        "compacted",
+        "ctime",
+        "flg",
+        "frontier",
+        "frontier_op",
+        "ibase",
+        "index",
+        "iused",
+        "key",
+        "last_revealed",
+        "late",
+        "loose",
+        "max_time",
+        "obase",
+        "pending_reads",
+        "procs",
+        "tbase",
+        "tunit",
+        "unseen_decided",
+        "unseen_from",
+        "val",
+        "vals",
+        "wref",
+    )
+
+    def __init__(self, key: Any, compact: bool = False) -> None:
         self.key = key
         self.base = -1  # offset of slot 0; -1 until the first offset is seen
         self.compacted = False
         self.val = array("q")
         self.flg = array("H")
-        self.wref = array("q")
-        self.atime = array("q")
+        self.wref = array("i")  # writer op - obase; _NO_WRITER: unknown
+        self.obase: int | None = None
+        self.atime = array("i" if compact else "q")  # ack time in units; 0: none
+        self.tunit = MS if compact else 1
+        self.tbase: int | None = None
         self.ctime = array("q")  # per chunk: latest event time that touched it
-        self.amin = array("q")  # per chunk: earliest ok-ack time in it (INF: none)
+        self.amin = array("q")  # per chunk: earliest ack (in atime units) in it (INF: none)
         self.bmin = array("q")  # per block of 16: the same, so lag queries scan little
-        self.index = _empty("i", 16, -1)  # open addressing: code -> offset - ibase
+        self.index = _empty("H", 16, _NO_SLOT["H"])  # open addressing: code -> offset - ibase
         self.ibase = 0
         self.iused = 0
         self.vals: dict[int, Any] = {}  # code -> original value, for non-int values
         self.loose: dict[int, list] = {}
-        self.pending_reads: dict[int, list] = {}  # code -> [reader, offset, deadline, process]
+        # code -> [[reader, offset, deadline, process, ok], ...]: reads awaiting their writer
+        self.pending_reads: dict[int, list] = {}
         self.cands: list[list] = []  # [deadline, offset, reader op]
-        self.last_ack = -1  # highest offset an ok send acknowledged
+        self.last_revealed = -1  # highest offset an ok or info op sent or read
         self.frontier = -1  # highest offset any poll has read
         self.frontier_op = -1
         self.procs: dict[Any, ProcPos] = {}
         self.late = 0  # observations of compacted offsets (not checkable any more)
         self.unseen_decided = 0  # acked values given an unseen verdict and compacted
+        self.unseen_from = 0  # no undecided acknowledged-unread value below this offset
         self.max_time = 0
 
     # -- values ---------------------------------------------------------------------------
@@ -140,8 +193,8 @@ class KeyState:
         n = ((i >> BLOCK_BITS) + 1 << BLOCK_BITS) - len(self.val)
         self.val.extend(_empty("q", n, EMPTY))
         self.flg.extend(_empty("H", n, 0))
-        self.wref.extend(_empty("q", n, -1))
-        self.atime.extend(_empty("q", n, 0))
+        self.wref.extend(_empty(self.wref.typecode, n, _NO_WRITER[self.wref.typecode]))
+        self.atime.extend(_empty(self.atime.typecode, n, 0))
         chunks = (len(self.val) + CHUNK - 1) >> CHUNK_BITS
         if chunks > len(self.ctime):
             extra = chunks - len(self.ctime)
@@ -156,8 +209,8 @@ class KeyState:
         n = self.base - new_base
         self.val[0:0] = _empty("q", n, EMPTY)
         self.flg[0:0] = _empty("H", n, 0)
-        self.wref[0:0] = _empty("q", n, -1)
-        self.atime[0:0] = _empty("q", n, 0)
+        self.wref[0:0] = _empty(self.wref.typecode, n, _NO_WRITER[self.wref.typecode])
+        self.atime[0:0] = _empty(self.atime.typecode, n, 0)
         self.ctime[0:0] = _empty("q", n >> CHUNK_BITS, 0)
         self.amin[0:0] = _empty("q", n >> CHUNK_BITS, INF)
         self.bmin[0:0] = _empty("q", n >> BLOCK_BITS, INF)
@@ -173,50 +226,123 @@ class KeyState:
         if t > self.max_time:
             self.max_time = t
 
-    def set_ack(self, i: int, t: int) -> None:
-        self.atime[i] = t
-        if i + self.base > self.last_ack:
-            self.last_ack = i + self.base
+    # -- ack times and writers ---------------------------------------------------------------
+    def units(self, t: int) -> int:
+        """Ack time ``t`` (ns) in ``atime`` units (always >= 1: 0 means no ack)."""
+        if self.tbase is None:
+            # Offline: exact. Compact: leave an hour of room for acks that arrive out of order.
+            self.tbase = -1 if self.tunit == 1 else t - HOUR
+        u = (t - self.tbase) // self.tunit + 1
+        top = _MAX_UNITS[self.atime.typecode]
+        return 1 if u < 1 else (top if u > top else u)
+
+    def ns(self, units: int) -> int:
+        return (units - 1) * self.tunit + (self.tbase or 0)
+
+    def reveal(self, i: int, t: int) -> None:
+        """An ok or info op completing at ``t`` showed that offset ``base + i`` exists."""
+        u = self.units(t)
+        a = self.atime[i]
+        if not a or u < a:
+            self.reveal_units(i, u)
+
+    def reveal_units(self, i: int, u: int) -> None:
+        """``reveal`` with the time already in ``atime`` units, known to be the earliest."""
+        self.atime[i] = u
+        off = i + self.base
+        if off > self.last_revealed:
+            self.last_revealed = off
+        if off < self.unseen_from:
+            self.unseen_from = off
         c = i >> CHUNK_BITS
-        if t < self.amin[c]:
-            self.amin[c] = t
+        if u < self.amin[c]:
+            self.amin[c] = u
         b = i >> BLOCK_BITS
-        if t < self.bmin[b]:
-            self.bmin[b] = t
+        if u < self.bmin[b]:
+            self.bmin[b] = u
+
+    def revealed_ns(self, i: int) -> int:
+        """When slot ``i``'s offset was first revealed (ns), or -1."""
+        u = self.atime[i]
+        return self.ns(u) if u > 0 and self.flg[i] & OCCUPIED else -1
+
+    def writer(self, i: int) -> int:
+        w = self.wref[i]
+        return -1 if w == _NO_WRITER[self.wref.typecode] else w + self.obase
+
+    def set_writer(self, i: int, op: int) -> None:
+        if op < 0:
+            self.wref[i] = _NO_WRITER[self.wref.typecode]
+            return
+        if self.obase is None:
+            self.obase = op
+        try:
+            self.wref[i] = op - self.obase
+        except OverflowError:  # a window spanning 2**31 ops: widen to 64 bits
+            self.wref = array("q", [_NO_WRITER["q"] if w == _NO_WRITER["i"] else w
+                                    for w in self.wref])
+            self.wref[i] = op - self.obase
+
+    def set_small(self, i: int, x: int) -> None:
+        """Store a small int (a process, an offset distance) in an empty slot's ``atime``."""
+        try:
+            self.atime[i] = x
+        except OverflowError:
+            self.atime[i] = -1
 
     # -- value index ------------------------------------------------------------------------
     def find(self, code: int) -> int:
         """Offset of the slot holding ``code`` (its first home), or -1."""
         index = self.index
-        mask = len(index) - 1
-        h = (code ^ (code >> 29) ^ (code >> 47)) & mask
+        size = len(index)
+        h = (code ^ (code >> 29) ^ (code >> 47)) % size
         base, val, ibase = self.base, self.val, self.ibase
+        none = _NO_SLOT[index.typecode]
         while True:
             p = index[h]
-            if p < 0:
+            if p == none:
                 return -1
             i = p + ibase - base
-            if i >= 0 and val[i] == code:
+            if i >= 0 and val[i] == code:  # entries below base are compacted: tombstones
                 return p + ibase
-            h = (h + 1) & mask
+            h += 1
+            if h == size:
+                h = 0
 
     def index_add(self, off: int, code: int) -> None:
+        pos = off - self.ibase
         index = self.index
-        mask = len(index) - 1
-        h = (code ^ (code >> 29) ^ (code >> 47)) & mask
-        while index[h] >= 0:
-            h = (h + 1) & mask
-        index[h] = off - self.ibase
+        if pos >= 0xFFFF and index.typecode == "H":
+            self.rebuild_index()  # the window outgrew 16-bit positions
+            pos, index = off - self.ibase, self.index
+        none = _NO_SLOT[index.typecode]
+        size = len(index)
+        h = (code ^ (code >> 29) ^ (code >> 47)) % size
+        stale = self.base - self.ibase  # entries below this point to compacted offsets
+        while True:
+            p = index[h]
+            if p == none:
+                break
+            if p < stale:  # reuse a tombstone: the caller knows ``code`` is not indexed
+                index[h] = pos
+                return
+            h += 1
+            if h == size:
+                h = 0
+        index[h] = pos
         self.iused += 1
-        if self.iused * 4 > len(index) * 3:
+        if self.iused * 10 > size * 7:  # at most 70% full, tombstones included
             self.rebuild_index()
 
     def rebuild_index(self) -> None:
+        """Rebuild the value index from the window (any size will do: probing is modulo)."""
         live = [(i, c) for i, c in enumerate(self.val) if c != EMPTY and self.flg[i] & OCCUPIED]
-        size = 16
-        while size < len(live) * 2:
-            size <<= 1
-        self.index = _empty("i", size, -1)
+        # Mostly tombstones (a steady online window): rebuild tight. Mostly growth (a window
+        # that keeps growing, offline): leave room, so rebuilds stay geometric and rare.
+        grows = len(live) * 13 > self.iused * 10
+        size = max(16, (len(live) * 3 if grows else len(live) * 9 // 5) + 1)
+        typecode = "H" if len(self.val) < 0xFFFF else "i"
+        self.index = _empty(typecode, size, _NO_SLOT[typecode])
         self.ibase = self.base
         self.iused = 0
         seen: set[int] = set()
@@ -256,14 +382,12 @@ class KeyState:
         procs = {
             p: tuple(getattr(pp, s) for s in ProcPos.__slots__) for p, pp in self.procs.items()
         }
+        arrays = [getattr(self, name) for name in _ARRAYS]
         body = {
-            "v": 1,
+            "v": 2,
             "key": self.key,
-            "scalars": (self.base, self.compacted, self.ibase, self.iused, self.frontier,
-                        self.frontier_op, self.late, self.unseen_decided, self.max_time,
-                        self.last_ack),
-            "arrays": tuple(a.tobytes() for a in (self.val, self.flg, self.wref, self.atime,
-                                                  self.ctime, self.amin, self.bmin, self.index)),
+            "scalars": tuple(getattr(self, name) for name in _SCALARS),
+            "arrays": tuple((a.typecode, a.tobytes()) for a in arrays),
             "vals": self.vals,
             "loose": self.loose,
             "pending_reads": self.pending_reads,
@@ -275,14 +399,13 @@ class KeyState:
     @classmethod
     def from_bytes(cls, data: bytes) -> KeyState:
         body = pickle.loads(data)
-        if body.get("v") != 1:
+        if body.get("v") != 2:
             raise ValueError(f"unknown key state version {body.get('v')!r}")
         st = cls(body["key"])
-        (st.base, st.compacted, st.ibase, st.iused, st.frontier, st.frontier_op, st.late,
-         st.unseen_decided, st.max_time, st.last_ack) = body["scalars"]
-        for name, raw in zip(("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index"),
-                             body["arrays"], strict=True):
-            arr = array(getattr(st, name).typecode)
+        for name, v in zip(_SCALARS, body["scalars"], strict=True):
+            setattr(st, name, v)
+        for name, (typecode, raw) in zip(_ARRAYS, body["arrays"], strict=True):
+            arr = array(typecode)
             arr.frombytes(raw)
             setattr(st, name, arr)
         st.vals = body["vals"]
@@ -295,3 +418,8 @@ class KeyState:
                 setattr(pp, s, v)
             st.procs[p] = pp
         return st
+
+
+_ARRAYS = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
+_SCALARS = ("base", "compacted", "ibase", "iused", "frontier", "frontier_op", "late",
+            "unseen_decided", "unseen_from", "max_time", "last_revealed", "obase", "tunit", "tbase")

@@ -3,13 +3,131 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from kmon.cli import UsageError
+
+SUMMARY = "Tell the story of an anomaly: the ops around a key and offset."
+DESCRIPTION = """\
+Tell the story of an anomaly: the ops of one key (topic-partition) around the offsets in
+question, trimmed to that key and to offsets within --window of them (Jepsen's
+around-key-offset); who wrote what at which offset and who read it; and the checker's verdict,
+re-derived from all the key's ops, with why it is or is not allowed by Kafka's model.
+
+Start from an anomaly id (its evidence record is read from the anomalies topic, or from
+--evidence FILE), or from --key with --offset and/or --value. Ops come from the events topic
+(Avro op events) or from a history file (--history, any format `kmon check` reads).
+
+Exit status: 0 when the checker confirms the anomaly (or, from a key, finds one there),
+1 when it does not, 2 for bad input or an unreachable cluster."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("investigate", help=__doc__.split(": ", 1)[1],
-                       description=__doc__.split(": ", 1)[1])
+    env = os.environ.get
+    p = sub.add_parser("investigate", help=SUMMARY, description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("id", nargs="?", metavar="ID", help="anomaly id (an evidence record's id)")
+    p.add_argument("--evidence", type=Path, metavar="FILE",
+                   help="read the evidence record from a JSON file instead of the topic")
+    p.add_argument("--key", help="the key (topic-partition) to investigate, without an id")
+    p.add_argument("--offset", type=int, action="append", default=[], metavar="N",
+                   help="an offset in question (repeatable)")
+    p.add_argument("--value", action="append", default=[], metavar="V",
+                   help="a value in question (repeatable)")
+    p.add_argument("--window", type=int, default=5, metavar="N",
+                   help="keep offsets within N of those in question (default 5)")
+    p.add_argument("--history", type=Path, metavar="FILE",
+                   help="read ops from a history file (.json, .jsonl, .edn) instead of Kafka")
+    p.add_argument("--bootstrap",
+                   default=env("KMON_EVENTS_BOOTSTRAP") or env("KMON_BOOTSTRAP"),
+                   help="bootstrap servers of kmon's topics (env KMON_EVENTS_BOOTSTRAP)")
+    p.add_argument("--events-topic", default=env("KMON_EVENTS_TOPIC", "kmon-events"),
+                   help="op events topic (env KMON_EVENTS_TOPIC; default kmon-events)")
+    p.add_argument("--anomalies-topic", default=env("KMON_ANOMALIES_TOPIC", "kmon-anomalies"),
+                   help="evidence topic (env KMON_ANOMALIES_TOPIC; default kmon-anomalies)")
+    p.add_argument("--kafka-config", default=env("KMON_KAFKA_CONFIG"), metavar="FILE",
+                   help="librdkafka properties for SASL/TLS (env KMON_KAFKA_CONFIG); SASL "
+                   "credentials also from KMON_SASL_USERNAME/KMON_SASL_PASSWORD")
+    p.add_argument("-X", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a librdkafka client setting (repeatable)")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="give up reading a topic after this long (default 120)")
+    p.add_argument("--isolation", choices=("read_committed", "read_uncommitted"),
+                   default=env("KMON_ISOLATION", "read_committed"),
+                   help="the consumers' isolation level, which decides what is allowed")
+    p.add_argument("--html", type=Path, metavar="FILE",
+                   help="also write a self-contained HTML page with the timeline")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=run)
 
 
+def _key(text: str) -> int | str:
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("kmon investigate: not implemented yet")
+    from kmon.history import HistoryError
+    from kmon.investigate import Evidence, EvidenceError, investigate, page, parse_evidence, text
+    from kmon.investigate.sources import (
+        SourceError,
+        client_config,
+        find_evidence,
+        ops_from_events,
+        ops_from_history,
+    )
+
+    if (args.id or args.evidence) and args.key is not None:
+        raise UsageError("give an anomaly id (or --evidence), or --key; not both")
+    if not (args.id or args.evidence or args.key is not None):
+        raise UsageError("give an anomaly id, --evidence FILE, or --key with --offset/--value")
+    if args.key is not None and not (args.offset or args.value):
+        raise UsageError("--key needs --offset and/or --value")
+    needs_kafka = args.history is None or (args.id and not args.evidence)
+    if needs_kafka and not args.bootstrap:
+        raise UsageError("no bootstrap servers: pass --bootstrap or set KMON_EVENTS_BOOTSTRAP "
+                         "(or read ops from --history and the evidence from --evidence)")
+    overrides = {}
+    for item in args.overrides:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise UsageError(f"-X {item!r} is not KEY=VALUE")
+        overrides[k] = v
+    conf = client_config(args.bootstrap, args.kafka_config, overrides) if args.bootstrap else {}
+
+    try:
+        if args.evidence:
+            evidence = parse_evidence(json.loads(args.evidence.read_text()))
+        elif args.id:
+            evidence = parse_evidence(
+                find_evidence(conf, args.anomalies_topic, args.id, args.timeout))
+        else:
+            evidence = Evidence(None, _key(args.key), offsets=sorted(set(args.offset)),
+                                values=[_key(v) for v in args.value])
+        skipped: list[str] = []
+        if args.history:
+            pairs = ops_from_history(args.history)
+            source = f"history file {args.history}"
+        else:
+            pairs = ops_from_events(conf, args.events_topic, args.timeout, skipped)
+            source = f"topic {args.events_topic} on {args.bootstrap}"
+        inv = investigate(pairs, evidence, source=source, n=args.window,
+                          isolation=args.isolation, skipped=skipped)
+    except (EvidenceError, HistoryError, ValueError, OSError) as e:
+        raise UsageError(str(e)) from e
+    except SourceError as e:
+        raise UsageError(str(e)) from e
+    if not inv.key_ops:
+        print(f"kmon investigate: no ops of key {evidence.key} in {source}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(text.to_json(inv), indent=1))
+    else:
+        sys.stdout.write(text.render(inv))
+    if args.html:
+        args.html.write_text(page.render(inv))
+        if not args.json:
+            print(f"HTML timeline: {args.html}")
+    return 0 if inv.verdict.confirmed else 1

@@ -45,7 +45,8 @@ IMPLIED = {
     None: set(),
     # a vanished record is skipped by every poll that reads past it
     "drop": {"lost-write", "poll-skip", "int-poll-skip"},
-    "expose": {"G1a", "torn-transaction"},
+    # once visible, the aborted record was skipped by consumers that passed it while invisible
+    "expose": {"G1a", "torn-transaction", "poll-skip", "int-poll-skip"},
     "duplicate": {"duplicate"},
     "conflict": {"inconsistent-offsets"},
     "tear": {"torn-transaction", "lost-write", "poll-skip", "int-poll-skip"},

@@ -8,10 +8,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from helpers import produce_acked, read_all
-
 from kmon.local import procs
 from kmon.local.cluster import LocalCluster
+from tests.helpers import produce_acked, read_all
 
 
 def _our_processes(cluster: LocalCluster) -> list[int]:

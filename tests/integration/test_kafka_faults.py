@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from helpers import produce_acked, read_all, wait_until
-
 from kmon.local import procs
 from kmon.local.cluster import LocalCluster
+from tests.helpers import produce_acked, read_all, wait_until
 
 
 def _batch(start: int, n: int) -> list[str]:

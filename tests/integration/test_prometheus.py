@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import urllib.request
 
-from helpers import suite_stack, wait_until
-
 from kmon.local import procs
 from kmon.local.prometheus import LocalPrometheus
+from tests.helpers import suite_stack, wait_until
 
 
 def _targets(prom: LocalPrometheus) -> list[dict[str, object]]:

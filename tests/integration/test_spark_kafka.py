@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from helpers import produce_acked
 from pyspark.sql import SparkSession
+
+from tests.helpers import produce_acked
 
 
 def test_spark_batch_reads_a_topic_through_the_kafka_connector(

@@ -1,0 +1,231 @@
+"""An investigation as text for the terminal, and as JSON for the incident record."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kmon.history.model import MOP_FS, Op
+from kmon.history.wire import jsonable, op_to_wire
+
+if TYPE_CHECKING:
+    from kmon.investigate import Investigation
+
+CROSS_KEY = {"torn-transaction", "G0", "G1c"}
+
+
+def when(t: int, t0: int) -> str:
+    """Epoch nanoseconds as UTC wall time; small (synthetic) times relative to the first op."""
+    if t > 10**17:
+        import datetime as dt
+
+        stamp = dt.datetime.fromtimestamp(t / 1e9, dt.UTC)
+        return stamp.strftime("%H:%M:%S.") + f"{t % 10**9 // 10**6:03d}"
+    return f"+{(t - t0) / 1e9:.6f}s"
+
+
+def did(op: Op, key: Any) -> str:
+    """What the (trimmed) op did to the key, in words."""
+    parts = []
+    for m in op.value or () if op.f in MOP_FS else ():
+        if m[0] == "send":
+            where = f"at {m[3]}" if m[3] is not None else "(offset unknown)"
+            parts.append(f"wrote {m[2]} {where}")
+        elif m[1] is not None:
+            for pairs in m[1].values():
+                if not pairs:
+                    parts.append("polled, got nothing")
+                else:
+                    offs = [o for o, _ in pairs]
+                    span = f"{offs[0]}" if len(offs) == 1 else f"{offs[0]}..{offs[-1]}"
+                    parts.append(f"read {span} {[v for _, v in pairs]}")
+    if op.f in ("assign", "subscribe"):
+        parts.append(f"{op.f} {list(op.value or ())}")
+    if op.f == "crash":
+        parts.append("crashed: its clients were torn down")
+    for r in op.rebalance_log:
+        parts.append(f"rebalance: {r.kind} {list(r.keys)}")
+    return "; ".join(parts) or "-"
+
+
+def op_name(inv: Investigation, index: Any, ops_by_index: dict[int, Op]) -> str:
+    if not isinstance(index, int):
+        return f"op {index}"
+    op = ops_by_index.get(index)
+    if op is None:
+        return f"op {inv.label(index)}"
+    return f"op {inv.label(index)} (process {op.process}, {op.type} {op.f})"
+
+
+def explain(kind: str, r: dict[str, Any], inv: Investigation) -> str:
+    """One anomaly record in a sentence."""
+    ops = {o.index: o for o in inv.key_ops}
+
+    def name(i: Any) -> str:
+        return op_name(inv, i, ops)
+
+    offs, vals = r.get("offsets") or [None, None], r.get("values") or [None, None]
+    if kind == "lost-write":
+        text = f"value {r.get('value')} was acknowledged at offset {r.get('offset')} by " \
+               f"{name(r.get('writer'))} and no poll ever returned it"
+        if r.get("reader") is not None:
+            text += f", although {name(r['reader'])} read past it"
+        if r.get("max-read-offset") is not None:
+            text += f" (polls reached offset {r['max-read-offset']})"
+        return text
+    if kind == "G1a":
+        return f"{name(r.get('reader'))} read value {r.get('value')} at offset " \
+               f"{r.get('offset')}, written by {name(r.get('writer'))}, which failed or aborted"
+    if kind == "duplicate":
+        return f"value {r.get('value')} is at offsets {r.get('offsets')}"
+    if kind == "inconsistent-offsets":
+        return f"offset {r.get('offset')} holds values {r.get('values')}"
+    if kind in ("poll-skip", "nonmonotonic-poll", "nonmonotonic-send"):
+        a, b = (r.get("ops") or [None, None])[:2]
+        verb = "wrote" if kind == "nonmonotonic-send" else "read"
+        text = f"process {r.get('process')}: {name(a)} {verb} up to offset {offs[0]} " \
+               f"({vals[0]}), then {name(b)} {verb} from offset {offs[1]} ({vals[1]})"
+        if r.get("skipped"):
+            text += f", skipping {r['skipped']}"
+        elif kind != "poll-skip":
+            text += ": backwards"
+        return text
+    if kind.startswith("int-"):
+        verb = "wrote" if kind.endswith("send") else "read"
+        text = f"within {name(r.get('op'))}: {verb} offset {offs[0]} ({vals[0]}) then " \
+               f"{offs[1]} ({vals[1]})"
+        return text + (f", skipping {r['skipped']}" if r.get("skipped") else ": backwards")
+    if kind == "precommitted-read":
+        return f"{name(r.get('op'))} read its own writes {r.get('values')} before committing"
+    if kind == "torn-transaction":
+        return f"{name(r.get('writer'))} wrote {r.get('visible')} (seen) and " \
+               f"{r.get('invisible')} (provably never seen): not atomic"
+    if kind in ("G0", "G1c"):
+        steps = ", ".join(f"{s['type']} on {s['key']} ({s['value']})" for s in r.get("steps", []))
+        return f"ops {[inv.label(i) for i in r.get('cycle', [])]} form a cycle: {steps}"
+    return ", ".join(f"{k}={v}" for k, v in r.items())
+
+
+def render(inv: Investigation) -> str:
+    ev = inv.evidence
+    key = inv.key
+    where = f" (topic {ev.topic}, partition {ev.partition})" if ev.topic is not None else ""
+    what = ev.anomaly or "the ops"
+    lines = [f"kmon investigate: {what}{f' {ev.id}' if ev.id else ''} on key {key}{where}"]
+    bits = []
+    if ev.offsets:
+        bits.append(f"offsets {ev.offsets}")
+    if ev.values:
+        bits.append(f"values {ev.values}")
+    if ev.ops:
+        bits.append("ops " + ", ".join(inv.label(i) for i in sorted(ev.op_indices)))
+    if bits:
+        lines.append("evidence: " + ", ".join(bits))
+    lines.append(f"source: {inv.source} ({inv.total_ops} ops read, {len(inv.key_ops)} of key "
+                 f"{key})")
+    if inv.skipped:
+        lines.append(f"warning: {len(inv.skipped)} op events could not be decoded and are "
+                     f"missing (first: {inv.skipped[0]})")
+    lines.append("")
+
+    t0 = min((inv.invoked.get(o.index, o.time) for o in inv.key_ops), default=0)
+    span = f"offsets {inv.window[0]}..{inv.window[1]} (±{inv.n})" if inv.window else "all offsets"
+    lines.append(f"Ops on key {key} around {span}, trimmed to the key ({len(inv.ops)}):")
+    rows = [("", "op", "process", "invoked", "completed", "outcome", "f", f"on key {key}")]
+    highlight = inv.highlight
+    for op in inv.ops:
+        mark = "*" if op.index in highlight else ""
+        rows.append((mark, inv.label(op.index), str(op.process),
+                     when(inv.invoked.get(op.index, op.time), t0), when(op.time, t0), op.type,
+                     op.f, did(op, key)))
+    lines += _table(rows)
+    lines.append("")
+
+    lines.append(f"Log of key {key}" + (f", offsets {inv.window[0]}..{inv.window[1]}:"
+                                        if inv.window else ":"))
+    rows = [("", "offset", "value", "written by", "read by")]
+    for off, slot in inv.log.items():
+        mark = "*" if off in ev.offsets else ""
+        values = slot.values
+        for value in values:
+            writers = ", ".join(f"op {inv.label(o.index)} (p{o.process}, {o.type})"
+                                for o in slot.writers.get(value, [])) or "-"
+            readers = slot.readers.get(value, [])
+            procs = sorted({str(o.process) for o in readers})
+            read = (f"{len(readers)} polls by processes {', '.join(procs)}" if readers
+                    else "never read")
+            conflict = "  <- several values at one offset" if len(values) > 1 else ""
+            rows.append((mark, str(off), str(value), writers, read + conflict))
+    lines += _table(rows)
+    for value, op in inv.unplaced:
+        lines.append(f"  write without a known offset: {value} by op {inv.label(op.index)} "
+                     f"(process {op.process}, {op.type})")
+    lines.append("")
+
+    lines += verdict_lines(inv)
+    return "\n".join(lines) + "\n"
+
+
+def verdict_lines(inv: Investigation) -> list[str]:
+    v = inv.verdict
+    n_ops = len(inv.key_ops)
+    out = []
+    if v.anomaly is None:
+        found = [(r["anomaly"], r) for r in v.matched]
+        out.append(f"Verdict: the checker, re-run over the {n_ops} ops of key {inv.key}, finds "
+                   f"{len(found) or 'no'} anomal{'y' if len(found) == 1 else 'ies'} at these "
+                   "offsets" + (":" if found else "."))
+        for kind, r in found:
+            record = {k: x for k, x in r.items() if k != "anomaly"}
+            out.append(f"  {kind}: {explain(kind, record, inv)}.")
+    elif v.confirmed:
+        out.append(f"Verdict: {v.anomaly} confirmed: the checker, re-run over the {n_ops} ops of "
+                   f"key {inv.key}, finds it:")
+        for r in v.matched:
+            out.append(f"  {explain(v.anomaly, r, inv)}.")
+    else:
+        out.append(f"Verdict: {v.anomaly} NOT reproduced from the {n_ops} ops of key {inv.key}.")
+        if v.anomaly in CROSS_KEY:
+            out.append("  It spans keys: re-check the whole history (kmon check) to see it.")
+        else:
+            out.append("  The op events may be incomplete (dead letters, dropped events) or the "
+                       "evidence may point elsewhere.")
+    if v.anomaly is not None:
+        if v.allowed_reason:
+            out.append(f"  Allowed by Kafka's model for {v.isolation} consumers: "
+                       f"{v.allowed_reason}. It does not page.")
+        else:
+            out.append(f"  Kafka's model forbids it for {v.isolation} consumers: it pages "
+                       f"(alert KmonAnomaly-{v.anomaly}).")
+    others = {k: len(rs) for k, rs in v.others.items()}
+    if others:
+        out.append("Other anomalies on this key: " + ", ".join(f"{k} x{n}"
+                                                               for k, n in others.items()))
+    return out
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows]
+
+
+def to_json(inv: Investigation) -> dict[str, Any]:
+    """The investigation as one JSON object (what `--json` prints)."""
+    ev, v = inv.evidence, inv.verdict
+    return jsonable({
+        "evidence": {"id": ev.id, "anomaly": ev.anomaly, "key": ev.key, "topic": ev.topic,
+                     "partition": ev.partition, "offsets": ev.offsets, "values": ev.values,
+                     "ops": sorted(ev.op_indices)},
+        "source": inv.source,
+        "window": list(inv.window) if inv.window else None,
+        "ops": [{**op_to_wire(op), "invoke-time": inv.invoked.get(op.index)} for op in inv.ops],
+        "log": [{"offset": off, "values": [
+            {"value": val, "writers": [o.index for o in slot.writers.get(val, [])],
+             "readers": [o.index for o in slot.readers.get(val, [])]}
+            for val in slot.values]} for off, slot in inv.log.items()],
+        "verdict": {"anomaly": v.anomaly, "confirmed": v.confirmed, "isolation": v.isolation,
+                    "records": v.matched, "allowed": v.allowed_reason,
+                    "others": {k: len(rs) for k, rs in v.others.items()}},
+        "key-ops": len(inv.key_ops),
+        "undecodable-events": inv.skipped,
+    })

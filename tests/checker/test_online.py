@@ -1,0 +1,92 @@
+"""The fold online: grace periods, compaction, serialized state, bounded memory."""
+
+from __future__ import annotations
+
+from kmon.checker import CheckConfig, Checker
+from kmon.checker.state import KeyState
+from kmon.synth import SynthConfig, healthy
+from tests.checker.helpers import history, poll, send
+
+SECOND = 1_000_000_000
+
+
+def _run_online(ops, grace: int, restart_every: int | None = None) -> Checker:
+    checker = Checker(CheckConfig(cycles=False, grace_ns=grace, unseen_grace_ns=4 * grace))
+    for n, op in enumerate(ops, 1):
+        checker.apply(op)
+        if n % 1_000 == 0:
+            checker.advance(op.time - SECOND)
+        if restart_every and n % restart_every == 0:
+            # what a restart from a checkpoint does: every key's state through bytes
+            checker.keys = {k: KeyState.from_bytes(st.to_bytes())
+                            for k, st in checker.keys.items()}
+    return checker
+
+
+def test_healthy_run_online_has_no_anomaly_and_bounded_state():
+    ops = list(healthy(60_000, SynthConfig(keys=8, processes=4, keys_per_process=4)))
+    checker = _run_online(ops, grace=SECOND // 2)
+    windows = [len(st.val) for st in checker.keys.values()]
+    report = checker.finish()
+    assert report.errors == {}
+    # 60k events over 6 s of event time: each key's window covers about a grace period's worth
+    # of offsets, not its whole log.
+    logs = [st.base + len(st.val) for st in checker.keys.values()]
+    assert all(st.compacted for st in checker.keys.values())
+    assert max(windows) < max(logs) / 3, (windows, logs)
+
+
+def test_restarts_through_serialized_state_change_nothing():
+    ops = list(healthy(30_000, SynthConfig(keys=8, processes=4, keys_per_process=4)))
+    # a lost write and an aborted read buried in the middle of a healthy run
+    n = len(ops)
+    faults = history(
+        (90, "ok", "send", [send("f", 1, 0)]), (90, "ok", "send", [send("f", 2, 1)]),
+        (90, "ok", "send", [send("f", 3, 2)]), (90, "fail", "send", [send("f", 9, 3)]),
+        (91, "ok", "poll", [poll({"f": [(0, 1), (2, 3), (3, 9)]})]),
+    )
+    t0 = ops[n // 2].time
+    for k, op in enumerate(faults):
+        op.index = 10_000_000 + k
+        op.time = t0 + k
+    ops[n // 2:n // 2] = faults
+    plain = _run_online(ops, grace=SECOND).finish()
+    restarted = _run_online(ops, grace=SECOND, restart_every=997).finish()
+    assert set(plain.errors) >= {"lost-write", "G1a"}
+    assert plain.errors == restarted.errors
+
+
+def test_state_round_trips_exactly():
+    ops = list(healthy(5_000, SynthConfig(keys=4, processes=4, keys_per_process=2)))
+    checker = _run_online(ops, grace=SECOND)
+    for st in checker.keys.values():
+        again = KeyState.from_bytes(st.to_bytes())
+        assert again.to_bytes() == st.to_bytes()
+        assert len(again.val) == len(st.val) and again.frontier == st.frontier
+
+
+def test_absence_verdict_waits_for_the_grace_period():
+    h = history((0, "ok", "send", [send(1, 1, 0)]), (0, "ok", "send", [send(1, 2, 1)]),
+                (1, "ok", "poll", [poll({1: [(1, 2)]})]))
+    checker = Checker(CheckConfig(cycles=False, grace_ns=100))
+    for op in h:
+        checker.apply(op)
+    checker.advance(h[-1].time + 99)
+    assert not [a for a in checker.sink.anomalies if a.type == "lost-write"]
+    checker.advance(h[-1].time + 100)
+    assert [a.type for a in checker.sink.anomalies].count("lost-write") == 1
+    checker.advance(h[-1].time + 10_000)  # emitted once
+    assert [a.type for a in checker.sink.anomalies].count("lost-write") == 1
+
+
+def test_late_read_within_grace_cancels_the_verdict():
+    h = history((0, "ok", "send", [send(1, 1, 0)]), (0, "ok", "send", [send(1, 2, 1)]),
+                (1, "ok", "poll", [poll({1: [(1, 2)]})]), (2, "ok", "poll", [poll({1: [(0, 1)]})]))
+    checker = Checker(CheckConfig(cycles=False, grace_ns=10_000))
+    for op in h[:-2]:
+        checker.apply(op)
+    checker.advance(h[-3].time + 5_000)
+    for op in h[-2:]:  # process 2's read of value 1 arrives late, within the grace period
+        checker.apply(op)
+    checker.advance(h[-1].time + 100_000)
+    assert not checker.sink.anomalies
