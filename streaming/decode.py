@@ -12,7 +12,7 @@ events at a few tens of thousands per second per core, Spark's ``from_avro`` man
    each key's records in each poll, each key assigned or rebalanced), as flat columns of
    primitives and primitive arrays, which Arrow hands to pandas cheaply. Grouped by key, one
    op's parts of a key make exactly the fragment ``kmon.checker.fragment.split`` makes (see
-   ``frames``). Invokes of polls and crash ops touch no key and yield no row.
+   ``frames``). Invokes (the fold learns nothing from them) and crash ops yield no row.
 
 Keys and values are Avro unions of long and string; a column pair carries them (the long, or 0,
 and the string, or null). A read's string array is null unless some value in it is a string,
@@ -181,7 +181,9 @@ def fragments(dec: DataFrame, watermark_delay: str | None = None,
     rkeys = f"IF({done}, flatten(e.rebalance_log.keys), array())"
     dead = f"array(CAST(named_struct('kind', 'dead', 'k', NULL, 'v', NULL, 'o', NULL," \
            f" 'r', NULL) AS {_PART}))"
-    parts = (f"IF({ok}, concat(IF({mop}, {mops}, CAST(array() AS {_PARTS})),"
+    # Invokes carry nothing the fold uses (a read that beats its writer's completion waits for
+    # the completion), so only completions make parts; invokes still move the watermark.
+    parts = (f"IF({ok}, concat(IF({mop} AND {done}, {mops}, CAST(array() AS {_PARTS})),"
              f" {_parts_of(akeys, 'assign')}, {_parts_of(rkeys, 'rebalance')}), {dead})")
     sends = "size(e.mops) - size(array_remove(e.mops.f, 'send'))"
     valid = F.col("reason").isNull()

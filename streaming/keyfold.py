@@ -32,7 +32,7 @@ from kmon.checker import fold, unseen
 from kmon.checker.fold import FoldConfig
 from kmon.checker.fragment import Fragment
 from kmon.checker.sink import Sink
-from kmon.checker.state import INF, OCCUPIED, READ, UNSEEN_DONE, W_OK, KeyState
+from kmon.checker.state import INF, OCCUPIED, READ_OK, UNSEEN_DONE, W_OK, KeyState
 from kmon.streaming import evidence as ev
 
 # Output row kinds.
@@ -71,7 +71,7 @@ class KeyFold:
     def __init__(self, probe: str, key: Any, settings: FoldSettings) -> None:
         self.settings = settings
         self.probe = probe
-        self.st = KeyState(key)
+        self.st = KeyState(key, compact=True)  # millisecond ack times: ~22 bytes per offset
         self.topic = ev.UNKNOWN_TOPIC
         self.partition: int | None = None
         self.timer_ms: int | None = None
@@ -140,11 +140,7 @@ class KeyFold:
         """When this key next needs the watermark: its earliest deadline, or a grace period
         from now while something is left to compact or judge; None when fully settled."""
         st, s = self.st, self.settings
-        due = INF
-        for cand in st.cands:
-            due = min(due, cand[0])
-        for waiting in st.pending_reads.values():
-            due = min(due, waiting[2])
+        due = fold.next_deadline(st)
         if s.unseen_grace_ns is not None:
             due = min(due, _first_unseen_deadline(st, s.unseen_grace_ns))
         if len(st.val) or st.procs or st.loose:
@@ -254,15 +250,15 @@ def _op_index(fr: Fragment) -> int:
 def _first_unseen_deadline(st: KeyState, grace: int) -> int:
     """Earliest moment an acknowledged, unread value not yet judged gets its unseen verdict."""
     due = INF
-    flg, atime = st.flg, st.atime
-    for i in range(len(flg)):
+    flg = st.flg
+    for i in range(max(0, st.unseen_from - st.base), len(flg)):
         f = flg[i]
-        if f & W_OK and f & OCCUPIED and not f & (READ | UNSEEN_DONE):
-            a = atime[i]
-            if a and a + grace < due:
-                due = a + grace
+        if f & W_OK and f & OCCUPIED and not f & (READ_OK | UNSEEN_DONE):
+            t = st.revealed_ns(i)
+            if t >= 0 and t + grace < due:
+                due = t + grace
     for rec in st.loose.values():
         f = rec[1]
-        if f & W_OK and not f & (READ | UNSEEN_DONE) and rec[3]:
+        if f & W_OK and not f & (READ_OK | UNSEEN_DONE) and rec[3]:
             due = min(due, rec[3] + grace)
     return due
