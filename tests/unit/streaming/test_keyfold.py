@@ -48,8 +48,8 @@ def test_evidence_records_carry_what_on_call_needs() -> None:
     assert e["key"] == 6 and e["probe"] == "p"
     assert e["offsets"] == [0, 25] and e["values"] == [26]
     assert e["decided_time"] > 0 and len(e["id"]) == 32
-    lost = [x for x in run_online(CASES["lost-write"][1])["evidence"]
-            if x["anomaly"] == "lost-write"][0]
+    lost = next(x for x in run_online(CASES["lost-write"][1])["evidence"]
+                if x["anomaly"] == "lost-write")
     assert [o["index"] for o in lost["ops"]] == [lost["record"]["writer"], lost["record"]["reader"]]
 
 

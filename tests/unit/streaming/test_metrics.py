@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from prometheus_client import generate_latest
 
 from kmon.streaming.metrics import MonitorMetrics, placement_labels, registry_with
 

@@ -68,7 +68,7 @@ def parts_of(op: Op, probe: str = "p") -> list[dict]:
                         else None)
         n += 1
     if op.f in ("assign", "subscribe"):
-        for j, k in enumerate(op.value or ()):
+        for k in op.value or ():
             add(n, 0, ASSIGNED, k)
             n += 1
     for r in op.rebalance_log:
