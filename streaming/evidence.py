@@ -130,13 +130,18 @@ def evidence(
     *, rid: str, verdict: str, update: bool, type: str, probe: str, key: Any, topic: str,
     partition: int | None, record: dict[str, Any], decided_ns: int,
     ops: dict[int, tuple[Any, int]] | None = None, stage: str = "key",
+    decider: int | None = None,
 ) -> dict[str, Any]:
     """The evidence record (without ``detected_at``, which the driver stamps on emission).
 
-    ``ops``: op index -> (process, time) for ops the stage saw in this batch.
+    ``ops``: op index -> (process, time) for ops the stage saw in this batch; ``decider``: the
+    op whose fragment revealed the anomaly, listed with the ops the record names.
     """
     offsets, values = offsets_values(record)
     known = ops or {}
+    involved = ops_of(record)
+    if decider is not None and decider not in involved:
+        involved.append(decider)
     return {
         "id": rid,
         "verdict": verdict,
@@ -149,7 +154,7 @@ def evidence(
         "offsets": offsets,
         "values": values,
         "ops": [{"index": i, "process": known[i][0] if i in known else None,
-                 "time": known[i][1] if i in known else None} for i in ops_of(record)],
+                 "time": known[i][1] if i in known else None} for i in involved],
         "decided_time": decided_ns,
         "stage": stage,
         "record": record,

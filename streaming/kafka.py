@@ -61,3 +61,22 @@ def ensure_topics(cfg: MonitorConfig, timeout: float = 30.0) -> None:
             log.info("created topic %s", topic)
         except KafkaException as e:
             log.warning("could not create topic %s: %s", topic, e)
+
+
+def end_offsets(cfg: MonitorConfig, topic: str, timeout: float = 30.0) -> str:
+    """``topic``'s current end offsets as a Spark ``startingOffsets`` JSON map."""
+    import json
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    settings = {k: v for k, v in producer_config(cfg).items()
+                if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl."))}
+    consumer = Consumer({**settings, "group.id": "kmon-monitor-offsets",
+                         "enable.auto.commit": False})  # reads nothing, commits nothing
+    try:
+        parts = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+        ends = {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                       timeout=timeout)[1] for p in parts}
+    finally:
+        consumer.close()
+    return json.dumps({topic: ends})

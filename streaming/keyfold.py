@@ -116,14 +116,14 @@ class KeyFold:
             except Exception as exc:  # a bug or an unforeseen shape: dead-letter, go on
                 out.append(self._fold_error(fr, exc))
             if sink.anomalies or sink.unseen or sink.facts:
-                self._drain(sink, out, fr.time, ops)
+                self._drain(sink, out, fr.time, ops, fr.op)
             if sink.lags:
                 self._lags(sink)
             if sink.e2e:
                 e2e.extend(d for _, d in sink.e2e)
                 sink.e2e.clear()
         self._advance(watermark_ns, sink, out, ops)
-        self._flush_facts(out)
+        self._flush_facts(out, watermark_ns)
         out.append(self._stats(len(frags), e2e))
         return out
 
@@ -132,7 +132,7 @@ class KeyFold:
         self.timer_ms = None  # Spark removed the timer that fired
         out: list[dict[str, Any]] = []
         self._advance(watermark_ns, Sink(), out, {})
-        self._flush_facts(out)
+        self._flush_facts(out, watermark_ns)
         out.append(self._stats(0, []))
         return out
 
@@ -166,20 +166,21 @@ class KeyFold:
         for p in [p for p in self.lags if p not in live]:
             del self.lags[p]  # the fold forgot an idle consumer: so does the lag gauge
 
-    def _drain(self, sink: Sink, out: list, t: int, ops: dict) -> None:
+    def _drain(self, sink: Sink, out: list, t: int, ops: dict, decider: int) -> None:
         for a in sink.anomalies:
-            self._anomaly(a, t, out, ops)
+            self._anomaly(a, t, out, ops, decider)
         sink.anomalies.clear()
         self._unseen(sink, out)
         self._facts(sink, out, None)
 
-    def _anomaly(self, a: Any, decided: int, out: list, ops: dict) -> None:
+    def _anomaly(self, a: Any, decided: int, out: list, ops: dict,
+                 decider: int | None = None) -> None:
         rid, verdict, update = self.verdicts.classify(self.probe, a)
         key = a.record.get("key", self.st.key)
         rec = ev.evidence(rid=rid, verdict=verdict, update=update, type=a.type,
                           probe=self.probe, key=key, topic=self.topic,
                           partition=self.partition, record=a.record, decided_ns=decided,
-                          ops=ops, stage="key")
+                          ops=ops, stage="key", decider=decider)
         out.append(self._row(ANOMALY, atype=a.type, id=rid, verdict=verdict, upd=update,
                              decided=decided, body=ev.to_json(rec)))
 
@@ -206,9 +207,12 @@ class KeyFold:
                 "partition": self.partition})
         sink.facts.clear()
 
-    def _flush_facts(self, out: list) -> None:
-        """This call's facts as one row (one Kafka record), not one row per fact."""
+    def _flush_facts(self, out: list, watermark_ns: int) -> None:
+        """This call's facts as one row (one Kafka record), not one row per fact, each stamped
+        with this call's watermark: stage 2's clock (see ``txnfold``)."""
         if self.facts:
+            for f in self.facts:
+                f["wm"] = watermark_ns
             out.append(self._row(FACT, writer=len(self.facts), body=ev.to_json(self.facts)))
             self.facts = []
 

@@ -50,8 +50,8 @@ SQL_CONF = {
 }
 
 FACTS_SCHEMA = ("ARRAY<STRUCT<kind: STRING, writer: BIGINT, key: STRING, value: STRING, "
-                "offset: BIGINT, outcome: STRING, time: BIGINT, probe: STRING, topic: STRING, "
-                "partition: INT>>")
+                "offset: BIGINT, outcome: STRING, time: BIGINT, wm: BIGINT, probe: STRING, "
+                "topic: STRING, partition: INT>>")
 
 
 def fold_settings(cfg: MonitorConfig) -> FoldSettings:
@@ -114,15 +114,12 @@ def stage2(spark: Any, cfg: MonitorConfig, starting_offsets: str) -> Any:
              .where("x IS NOT NULL AND x.writer IS NOT NULL AND x.time IS NOT NULL")
              .select("x.*")
              .withColumn("partition", F.coalesce("partition", F.lit(-1)))
-             .withColumn("bucket", F.expr(f"pmod(writer, {cfg.txn_buckets})"))
-             # Same as stage 1: watermark from the facts' time, column dropped before the
-             # stateful operator so late facts are judged, not dropped.
-             .withColumn("ets", F.expr("timestamp_micros(time div 1000)"))
-             .withWatermark("ets", _ms(cfg.watermark_delay_s))
-             .drop("ets"))
+             .withColumn("wm", F.coalesce("wm", F.lit(0)))
+             # No watermark here: stage 2's clock is stage 1's, carried by the facts.
+             .withColumn("bucket", F.expr(f"pmod(writer, {cfg.txn_buckets})")))
     return facts.groupBy("probe", "bucket").transformWithStateInPandas(
         statefulProcessor=TxnFoldProcessor(int(cfg.grace_s * 1e9), cfg.verdict_memory),
-        outputStructType=OUTPUT_SCHEMA, outputMode="Update", timeMode="EventTime")
+        outputStructType=OUTPUT_SCHEMA, outputMode="Update", timeMode="None")
 
 
 class Monitor:
@@ -145,7 +142,7 @@ class Monitor:
     def start(self) -> None:
         from pyspark.sql import SparkSession
 
-        from kmon.streaming.kafka import ensure_topics, make_producer
+        from kmon.streaming.kafka import end_offsets, ensure_topics, make_producer
         from kmon.streaming.snapshots import HadoopSnapshotStore
 
         spark = self.spark or SparkSession.getActiveSession()
@@ -175,9 +172,12 @@ class Monitor:
                                             registry=self.registry)
         self._listener = _ProgressListener(self)
         spark.streams.addListener(self._listener)
-        # Stage 2 of a brand-new monitor starts at the facts topic's end: older facts belong
-        # to a previous checkpoint's verdicts.
-        fresh = not _exists(spark, self.cfg.stage1_checkpoint + "/offsets")
+        # Stage 2 of a brand-new monitor starts where the facts topic ends now, before stage 1
+        # writes any: older facts belong to a previous checkpoint's verdicts. (Not "latest":
+        # that is resolved when stage 2 first runs, maybe after stage 1's first facts.)
+        facts_start = "earliest"
+        if not _exists(spark, self.cfg.stage1_checkpoint + "/offsets"):
+            facts_start = end_offsets(self.cfg, self.cfg.facts_topic)
         trigger = _ms(self.cfg.trigger_s)
         self.queries[KEYS] = (
             stage1(spark, self.cfg).writeStream.queryName(f"kmon-{KEYS}")
@@ -185,7 +185,7 @@ class Monitor:
             .option("checkpointLocation", self.cfg.stage1_checkpoint)
             .trigger(processingTime=trigger).start())
         self.queries[TRANSACTIONS] = (
-            stage2(spark, self.cfg, "latest" if fresh else "earliest").writeStream
+            stage2(spark, self.cfg, facts_start).writeStream
             .queryName(f"kmon-{TRANSACTIONS}")
             .foreachBatch(self.outputs.txn_batch)
             .option("checkpointLocation", self.cfg.stage2_checkpoint)

@@ -193,7 +193,8 @@ class KeyFoldProcessor(_Timed):
 
 
 class TxnFoldProcessor(_Timed):
-    """Stage 2, grouped by (probe, writer bucket). See ``txnfold``."""
+    """Stage 2, grouped by (probe, writer bucket). See ``txnfold`` (its clock comes with the
+    facts: no timers, no watermark of its own)."""
 
     def __init__(self, grace_ns: int, verdict_memory: int = 1024) -> None:
         self.grace_ns = grace_ns
@@ -210,18 +211,6 @@ class TxnFoldProcessor(_Timed):
         data = self._load()
         b = TxnBucket(probe, self.grace_ns, self.verdict_memory) if data is None else (
             TxnBucket.from_bytes(probe, data, self.grace_ns, self.verdict_memory))
-        wm = _watermark_ns(timerValues)
-        out = b.batch(facts, wm)
-        self._save(b, wm, out)
-        yield to_frame(out)
-
-    def handleExpiredTimer(self, key: Any, timerValues: Any,
-                           expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
-        data = self._load()
-        if data is None:
-            return
-        b = TxnBucket.from_bytes(key[0], data, self.grace_ns, self.verdict_memory)
-        wm = _watermark_ns(timerValues)
-        out = b.wake(wm)
-        self._save(b, wm, out)
+        out = b.batch(facts)
+        self._save(b, 0, out)
         yield to_frame(out)

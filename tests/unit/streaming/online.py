@@ -51,13 +51,13 @@ def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SEC
             for fr in split(op, it):
                 frags.setdefault(fr.key, []).append(fr)
         _stage1(frags, keys, s, probe, watermark, out)
-        _stage2(out, txns, probe, grace, watermark, buckets)
+        _stage2(out, txns, probe, grace, buckets)
         watermark = max(watermark, max_time - delay)
     for key in list(keys):  # timers firing at the end
         kf = KeyFold.from_bytes(probe, keys[key], s)
         _collect(kf.wake(END), out)
         keys[key] = kf.to_bytes()
-    _stage2(out, txns, probe, grace, END, buckets)
+    _stage2(out, txns, probe, grace, buckets)
     return out
 
 
@@ -69,15 +69,15 @@ def _stage1(frags: dict, keys: dict, s: FoldSettings, probe: str, wm: int, out: 
         keys[key] = kf.to_bytes()
 
 
-def _stage2(out: dict, txns: dict, probe: str, grace: int, wm: int, buckets: int) -> None:
+def _stage2(out: dict, txns: dict, probe: str, grace: int, buckets: int) -> None:
     facts, out["facts"] = out["facts"], []
     by_bucket: dict[int, list] = {}
     for f in facts:
         by_bucket.setdefault(f["writer"] % buckets, []).append(f)
-    for b in set(by_bucket) | set(txns):
+    for b, bucket_facts in by_bucket.items():
         data = txns.get(b)
         tb = TxnBucket(probe, grace) if data is None else TxnBucket.from_bytes(probe, data, grace)
-        _collect(tb.batch(by_bucket.get(b, []), wm), out)
+        _collect(tb.batch(bucket_facts), out)
         txns[b] = tb.to_bytes()
 
 

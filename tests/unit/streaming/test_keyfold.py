@@ -109,3 +109,16 @@ def _split(op):
     from kmon.checker.fragment import split
 
     return split(op)
+
+
+def test_stage2_keeps_writers_until_stage1_could_have_decided_them() -> None:
+    # One micro-batch covers a torn transaction and, 30 s of event time later, busy healthy
+    # traffic (a restart with a backlog). Stage 2 must not forget the writer, whose invisible
+    # write stage 1 decides only in a later batch, because other facts carry later times.
+    _, torn = CASES["torn-transaction"]
+    busy = list(healthy(4_000, SynthConfig(keys=4, processes=2, keys_per_process=2)))
+    for n, op in enumerate(busy):
+        op.index, op.time = 1_000 + n, 30 * SECOND + op.time
+    ops = torn + busy
+    out = run_online(ops, batch=len(ops) // 2, grace=SECOND, delay=SECOND // 10)
+    assert "torn-transaction" in verdicts(out["evidence"])
