@@ -50,14 +50,16 @@ KEYS: dict[str, tuple[Any, str]] = {
     "max.future.skew": ("5min", "events further ahead of their Kafka timestamp are dead "
                                 "letters (0: no check)"),
     "starting.offsets": ("earliest", "where a new checkpoint starts reading: earliest/latest"),
-    "max.events.per.trigger": (None, "cap on events read per micro-batch (unset: no cap)"),
+    "max.events.per.trigger": (200_000, "cap on events read per micro-batch, so a backlog "
+                                        "(a restart after downtime) comes in bounded batches"),
     "metrics.host": ("0.0.0.0", "address the Prometheus endpoint binds"),
     "metrics.port": (9464, "port of the Prometheus endpoint (0: no endpoint)"),
     "txn.buckets": (16, "stage 2 state groups per probe (writers are spread over them)"),
     "verdict.memory": (1024, "anomalies remembered per key to count each once"),
 }
+REQUIRED = ("kafka.bootstrap.servers", "checkpoint")
 PREFIXES = {
-    "source.": "Spark Kafka source/sink option, passed as is (e.g. source.kafka.sasl.mechanism)",
+    "source.": "Spark Kafka source option, passed as is (e.g. source.kafka.sasl.mechanism)",
     "producer.": "librdkafka setting of the driver's producer (e.g. producer.sasl.username)",
     "spark.": "Spark setting (e.g. spark.master)",
 }
@@ -148,7 +150,7 @@ def load(path: str | os.PathLike[str] | None = None,
     values: dict[str, Any] = {}
     path = path or env.get(ENV_CONFIG) or None
     if path:
-        values.update(_read_file(Path(path)))
+        values.update(read_file(Path(path)))
     if isinstance(overrides, Mapping):
         values.update(overrides)
     else:
@@ -160,7 +162,8 @@ def load(path: str | os.PathLike[str] | None = None,
     return from_mapping(values)
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def read_file(path: Path) -> dict[str, Any]:
+    """A YAML settings file as flat dotted keys (not yet validated)."""
     import yaml
 
     try:
@@ -203,7 +206,7 @@ def from_mapping(values: Mapping[str, Any]) -> MonitorConfig:
         if value is None or isinstance(value, Mapping | list):
             raise ConfigError(f"{key}: expected a single value, got {value!r}")
         passthrough[prefix][key[len(prefix):]] = _text(value)
-    for key in ("kafka.bootstrap.servers", "checkpoint"):
+    for key in REQUIRED:
         if settings[key] is None or not str(settings[key]).strip():
             raise ConfigError(f"{key} is required")
     for key in ("topics.events", "topics.anomalies", "topics.facts", "topics.dead-letters"):

@@ -24,6 +24,7 @@ the driver's ``metrics/`` snapshots) and one ``Outputs``.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any
 
@@ -82,7 +83,9 @@ def stage1(spark: Any, cfg: MonitorConfig) -> Any:
     from kmon.streaming.processors import OUTPUT_SCHEMA, KeyFoldProcessor
 
     reader = (spark.readStream.format("kafka").options(**cfg.kafka_options())
-              .option("subscribe", cfg.events_topic)
+              # A pattern, not "subscribe": the monitor may start before the probes create
+              # the events topic, and then waits for it instead of failing.
+              .option("subscribePattern", f"^{re.escape(cfg.events_topic)}$")
               .option("startingOffsets", cfg.starting_offsets)
               .option("includeHeaders", "true")  # the schema version header
               # Events lost to retention before the monitor read them are a gap to log, not a

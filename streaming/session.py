@@ -6,6 +6,9 @@ beyond pyspark's own) is fetched once by ``kmon setup`` and put on the classpath
 
 Environment: ``KMON_SPARK_MASTER`` (default ``local[2]``), ``KMON_SPARK_JARS`` (comma-separated
 jar paths, for a deployment that ships the connector itself instead of kmon's cache).
+
+Under ``spark-submit`` (``launched_by_spark_submit``) the master and the jars are spark-submit's
+(``--master``, ``--packages``/``--jars``): the session then takes only kmon's other settings.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ def connector_jars(cache: str | os.PathLike[str] | None = None) -> list[str]:
     from kmon.local.artifacts import spark_kafka_jars
 
     return [str(p) for p in spark_kafka_jars(Path(cache) if cache else None)]
+
+
+def launched_by_spark_submit() -> bool:
+    """True when spark-submit (or another JVM launcher) started this Python driver."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def spark_conf(
@@ -78,6 +86,15 @@ def build_spark_session(
     """
     from pyspark.sql import SparkSession
 
+    if launched_by_spark_submit():
+        # spark-submit chose the master and shipped the jars: keep its choices.
+        settings = spark_conf("submitted", checkpoint_location, [], conf)
+        for key in ("spark.master", "spark.jars"):
+            settings.pop(key)
+        builder = SparkSession.builder.appName(app_name)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
     settings = spark_conf(master, checkpoint_location, jars, conf)
     if settings["spark.master"].startswith("local"):
         # Spark otherwise resolves the host name and warns that it binds to a loopback address.

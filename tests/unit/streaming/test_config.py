@@ -13,7 +13,7 @@ def test_defaults() -> None:
     cfg = load(overrides=REQUIRED, env={})
     assert cfg.events_topic == "kmon-events" and cfg.anomalies_topic == "kmon-anomalies"
     assert cfg.trigger_s == 1.0 and cfg.grace_s == 10.0 and cfg.unseen_grace_s == 60.0
-    assert cfg.metrics_port == 9464 and cfg.max_events_per_trigger is None
+    assert cfg.metrics_port == 9464 and cfg.max_events_per_trigger == 200_000
     assert cfg.kafka_options() == {"kafka.bootstrap.servers": "b:9092"}
     assert cfg.stage1_checkpoint == "/tmp/ck/keys" and cfg.metrics_dir == "/tmp/ck/metrics"
 
