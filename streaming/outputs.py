@@ -64,6 +64,7 @@ class Outputs:
         self.done: dict[str, int] = {KEYS: -1, TRANSACTIONS: -1, "progress": -1}
         self._errors: list[str] = []
         self.restored = False
+        self.key_state_bytes: dict[str, int] = {}  # serialized state per key (diagnostics)
 
     # -- restart ----------------------------------------------------------------------------
     def restore(self) -> dict[str, Any] | None:
@@ -142,6 +143,7 @@ class Outputs:
         key_id = f"{r['probe']}/{r['key']}"
         unseen, lag = r["unseen"] or 0, (r["lag"] or 0) / 1e9
         self.metrics.key_stats(key_id, topic, part, unseen, lag)  # gauges: replays are harmless
+        self.key_state_bytes[key_id] = r["state_bytes"] or 0
         e2e = r["e2e"]
         if e2e and any(e2e):
             total = (r["e2e_sum"] or 0) / 1e9

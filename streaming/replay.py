@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kmon.history import avro
-from kmon.history.model import Op, OpMeta
+from kmon.history.model import MOP_FS, KeyPlacement, Op, OpMeta
 
 
 def as_events(ops: Iterable[Op], probe: str = "probe-1", time_offset_ns: int = 0,
@@ -57,3 +57,22 @@ def produce(producer: Any, topic: str, events: Iterable[Op], flush: bool = True)
     if flush:
         producer.flush(60)
     return n
+
+
+def with_placements(ops: Iterable[Op], topic: str) -> Iterator[Op]:
+    """``ops`` with every key they touch placed on ``topic``, partition = the key (0 for a
+    string key), as a probe reports where its keys live."""
+    for op in ops:
+        keys: set[Any] = set()
+        if op.f in MOP_FS:
+            for m in op.value or ():
+                if m[0] == "send":
+                    keys.add(m[1])
+                elif m[1]:
+                    keys.update(m[1])
+        if not keys:
+            yield op
+            continue
+        placements = {k: KeyPlacement(topic, k if isinstance(k, int) else 0) for k in keys}
+        meta = op.meta if op.meta is not None else OpMeta()
+        yield dataclasses.replace(op, meta=dataclasses.replace(meta, placements=placements))

@@ -7,7 +7,8 @@ placements on a topic named after the case, so their verdicts and metrics stay a
 
 from __future__ import annotations
 
-from kmon.history.model import KeyPlacement, Op, OpMeta
+from kmon.history.model import Op
+from kmon.streaming.replay import with_placements
 from tests.checker.helpers import history, poll, send
 
 _WRITES = [(0, "ok", "send", [send(1, v, off)]) for off, v in enumerate("abcd")]
@@ -58,16 +59,4 @@ CASES: dict[str, tuple[str, list[Op]]] = {
 
 def placed(ops: list[Op], topic: str) -> list[Op]:
     """``ops`` with every key placed on partition ``key`` (or 0) of ``topic``."""
-    out = []
-    for op in ops:
-        keys: set = set()
-        for m in op.value or () if op.f in ("send", "poll", "txn") else ():
-            if m[0] == "send":
-                keys.add(m[1])
-            elif m[1]:
-                keys.update(m[1])
-        placements = {k: KeyPlacement(topic, k if isinstance(k, int) else 0) for k in keys}
-        meta = OpMeta(placements=placements) if placements else None
-        out.append(Op(op.index, op.time, op.process, op.type, op.f, op.value,
-                      op.rebalance_log, meta))
-    return out
+    return list(with_placements(ops, topic))
