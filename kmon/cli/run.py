@@ -1,7 +1,7 @@
 """`kmon run`: run the local stack in the foreground until Ctrl-C, then stop it cleanly.
 
-Today the stack is the local Kafka cluster; probes, the monitor and Prometheus join it in later
-issues.
+Today the stack is the local Kafka cluster and Toxiproxy in front of it (when installed);
+probes, the monitor and Prometheus join it in later issues.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kmon.local.cluster import LocalCluster
+    from kmon.local.toxiproxy import LocalToxiproxy, find_binary
 
     # SIGTERM (a supervisor, `kill`) and SIGHUP (the terminal went away) stop the stack the
     # same way Ctrl-C does; SIGINT explicitly, since a shell starts background jobs with it
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
             home=args.home, port_base=args.port_base, overrides=overrides_from_args(args)
         )
         owned = not cluster.is_up()
+        proxy = LocalToxiproxy(home=args.home, port_base=args.port_base)
+        proxy_owned = not proxy.is_up() and find_binary(proxy.cache) is not None
         try:
             started = time.monotonic()
             cluster.up(timeout=args.timeout)
@@ -58,6 +61,13 @@ def run(args: argparse.Namespace) -> int:
             _say(f"kafka: logs in {cluster.root}/broker-N/server.log")
             if not owned:
                 _say("kafka: the cluster was already running; it stays up after this run")
+            # Toxiproxy in front of the brokers, for `kmon nemesis net ...` (clients that
+            # bootstrap through it; everyone else is unaffected).
+            if find_binary(proxy.cache) is None:
+                _say("toxiproxy: not installed (make setup); network faults unavailable")
+            else:
+                proxy.up()
+                _say(f"toxiproxy: proxied bootstrap {cluster.proxied_bootstrap}")
             _say("running; Ctrl-C stops")
             _watch(cluster)
         except KeyboardInterrupt:
@@ -65,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)  # nothing may cut the shutdown short
+            if proxy_owned:
+                proxy.down()
             if owned:
                 _say("\nstopping the cluster ...")
                 cluster.down()

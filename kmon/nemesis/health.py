@@ -5,7 +5,6 @@ its ISR full, the proxies clean (enabled, no toxic), no undo left in the journal
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -14,7 +13,13 @@ from confluent_kafka import KafkaException
 
 from kmon.local.toxiproxy import ToxiproxyError
 from kmon.nemesis.base import FaultError
-from kmon.nemesis.kafka import TIMEOUT, Journal, running_admin, set_topic_configs
+from kmon.nemesis.kafka import (
+    TIMEOUT,
+    Journal,
+    running_admin,
+    set_topic_configs,
+    start_broker,
+)
 
 if TYPE_CHECKING:
     from kmon.local.cluster import LocalCluster
@@ -72,30 +77,39 @@ def wait_healthy(
 
 
 def heal(cluster: LocalCluster, proxy: LocalToxiproxy | None = None) -> list[str]:
-    """Undo whatever faults left: resume paused brokers, start stopped ones, reset the proxies,
-    apply journaled undos. Returns what it did.
+    """Undo whatever faults left: resume paused brokers, apply journaled undos, reset the
+    proxies, start stopped brokers. Returns what it did; every step is tried even if an
+    earlier one failed (FaultError listing the failures at the end).
     """
-    done = []
+    done: list[str] = []
+    failed: list[str] = []
     for status in cluster.status():
         if status.state == "paused":
             cluster.resume(status.node_id)
             done.append(f"resumed broker {status.node_id}")
-    stopped = [s.node_id for s in cluster.status() if s.state == "stopped"]
-    for node in stopped:
-        cluster.start(node, wait=False)
-        done.append(f"started broker {node}")
-    if stopped:
-        cluster.wait_registered(stopped)
+    journal = Journal(cluster.home)
+    for entry_id, entry in journal.pending().items():
+        if entry.get("kind") == "topic-configs":
+            try:
+                set_topic_configs(running_admin(cluster), entry["topic"], entry["configs"])
+            except FaultError as exc:
+                if "UNKNOWN_TOPIC" not in str(exc):  # a topic deleted meanwhile needs nothing
+                    failed.append(str(exc))
+                    continue
+            done.append(f"restored {entry['topic']} settings {entry['configs']}")
+        journal.remove(entry_id)
     if proxy is not None and proxy.is_up():
         dirty = proxy.problems()
         if dirty:
             proxy.reset()
             done.append(f"reset the proxies ({'; '.join(dirty)})")
-    journal = Journal(cluster.home)
-    for entry_id, entry in journal.pending().items():
-        if entry.get("kind") == "topic-configs":
-            with contextlib.suppress(FaultError):  # the topic may be gone meanwhile
-                set_topic_configs(running_admin(cluster), entry["topic"], entry["configs"])
-            done.append(f"restored {entry['topic']} settings {entry['configs']}")
-        journal.remove(entry_id)
+    for status in cluster.status():
+        if status.state == "stopped":
+            try:
+                start_broker(cluster, status.node_id)
+                done.append(f"started broker {status.node_id}")
+            except Exception as exc:
+                failed.append(f"starting broker {status.node_id}: {exc}")
+    if failed:
+        raise FaultError("heal: " + "; ".join(failed))
     return done

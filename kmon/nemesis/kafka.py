@@ -25,6 +25,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from kmon.local import procs
 from kmon.nemesis.base import FaultError
 
 if TYPE_CHECKING:
@@ -51,6 +52,29 @@ def running_admin(cluster: LocalCluster, avoid: tuple[int, ...] = ()) -> AdminCl
         if status.state == "running" and status.node_id not in avoid:
             return admin_on(cluster, status.node_id)
     raise FaultError("no running broker to ask")
+
+
+def start_broker(cluster: LocalCluster, node: int, timeout: float = 90.0) -> float:
+    """Start a stopped broker on its data, once its ports are free; returns the seconds spent
+    waiting for them.
+
+    A port of a killed broker can stay taken for up to a minute: clients reconnecting to it
+    sweep through the ephemeral ports, and on a port base inside Linux's ephemeral range
+    (32768-60999) one of them may get the broker's own port as its source and connect to
+    itself; the closed connection then sits in TIME_WAIT on that port. Kafka cannot bind it
+    until that ends. (A port base below 32768 avoids this; see docs/nemesis.md.)
+    """
+    ports = [cluster.ports.broker(node), cluster.ports.controller(node)]
+    if cluster.proxied_listener:
+        ports.append(cluster.ports.proxied_listener(node))
+    started = time.monotonic()
+    while any(procs.port_in_use(p) for p in ports):
+        if time.monotonic() - started >= timeout:
+            raise FaultError(f"broker {node}'s ports {ports} still taken after {timeout:.0f}s")
+        time.sleep(0.5)
+    waited = time.monotonic() - started
+    cluster.start(node, wait=True)
+    return waited
 
 
 def topic_configs(admin: AdminClient, topic: str, names: list[str]) -> dict[str, str | None]:
@@ -91,12 +115,22 @@ def set_topic_configs(admin: AdminClient, topic: str, values: dict[str, str | No
 
 
 def high_watermark(admin: AdminClient, topic: str, partition: int) -> int:
+    """The partition's high watermark, asked again while the answer is not an offset yet
+    (a leader just elected answers -1001 for a moment).
+    """
     tp = TopicPartition(topic, partition)
-    try:
-        futures = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=TIMEOUT)
-        return int(next(iter(futures.values())).result(TIMEOUT + 5).offset)
-    except KafkaException as exc:
-        raise FaultError(f"ListOffsets {topic}/{partition}: {exc}") from None
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            futures = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=TIMEOUT)
+            offset = int(next(iter(futures.values())).result(TIMEOUT + 5).offset)
+        except KafkaException as exc:
+            raise FaultError(f"ListOffsets {topic}/{partition}: {exc}") from None
+        if offset >= 0:
+            return offset
+        if time.monotonic() >= deadline:
+            raise FaultError(f"ListOffsets {topic}/{partition}: no offset, got {offset}")
+        time.sleep(0.2)
 
 
 class Journal:

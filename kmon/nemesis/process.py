@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kmon.nemesis.base import Fault
+from kmon.nemesis.kafka import start_broker
 from kmon.nemesis.targets import Target
 
 if TYPE_CHECKING:
@@ -75,5 +76,8 @@ class Crash(Fault):
         if self.node is None or not self.restart:
             return
         if self.cluster.state(self.node) == "stopped":
-            self.record.info["new_pid"] = self.cluster.start(self.node, wait=True)
+            waited = start_broker(self.cluster, self.node)
+            if waited > 1.0:
+                self.mark(f"waited {waited:.0f}s for broker {self.node}'s ports to be free")
+            self.record.info["new_pid"] = self.cluster.pid(self.node)
             self.mark(f"broker {self.node} restarted and registered")

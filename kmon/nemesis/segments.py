@@ -57,6 +57,24 @@ def log_end_offset(directory: Path) -> int:
     return end
 
 
+def leader_epochs(directory: Path) -> list[tuple[int, int]]:
+    """(epoch, start offset) pairs from the replica's ``leader-epoch-checkpoint``: where each
+    leader's writes begin. A new leader's epoch starts at its log end when it was elected, so
+    after an unclean election that entry is where the old and new logs part.
+    """
+    path = Path(directory) / "leader-epoch-checkpoint"
+    try:
+        lines = path.read_text().split("\n")
+    except FileNotFoundError:
+        return []
+    count = int(lines[1]) if len(lines) > 1 and lines[1].strip() else 0
+    out = []
+    for line in lines[2 : 2 + count]:
+        epoch, start = line.split()
+        out.append((int(epoch), int(start)))
+    return out
+
+
 def offsets_by_value(records: list[LogRecord]) -> dict[bytes, list[int]]:
     """Data records' values -> the offsets each was appended at (control records left out)."""
     out: dict[bytes, list[int]] = defaultdict(list)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import ElectionType, KafkaException, TopicPartition
@@ -46,6 +47,7 @@ from kmon.nemesis.kafka import (
     high_watermark,
     running_admin,
     set_topic_configs,
+    start_broker,
     topic_configs,
 )
 from kmon.nemesis.targets import check_partition, check_topic
@@ -205,11 +207,16 @@ class UncleanElection(Fault):
         # The dead leader's log, from its own disk: everything it acknowledged.
         leader_dir = segments.partition_dir(cluster.data_dir(leader), topic, partition)
         old_log = segments.read_log(leader_dir)
+        old_epoch = max((e for e, _ in segments.leader_epochs(leader_dir)), default=-1)
         info["old_leader_log_end"] = segments.log_end_offset(leader_dir)
 
         took = self._wait_elected(topic, partition, follower)
         self.mark(f"broker {follower} elected leader after {took:.1f}s")
-        new_end = high_watermark(admin_on(cluster, follower), topic, partition)
+        # Where the new leader's epoch starts is its log end at the election: the logs part
+        # there. Read from its epoch checkpoint (its log end moves on with new writes).
+        follower_dir = segments.partition_dir(cluster.data_dir(follower), topic, partition)
+        new_epoch, new_end = self._new_epoch(follower_dir, old_epoch, follower)
+        info["new_leader_epoch"] = new_epoch
         info["new_leader_log_end"] = new_end
         info["truncated"] = max(info["old_leader_log_end"] - new_end, 0)
         info["lost_offsets"] = [new_end, info["old_leader_log_end"]]
@@ -219,6 +226,19 @@ class UncleanElection(Fault):
             if r.offset >= new_end and not r.control and r.value is not None
         }
         info["lost_values_sample"] = sorted(v.decode(errors="replace") for v in self._lost)[:5]
+
+    @staticmethod
+    def _new_epoch(follower_dir: Path, old_epoch: int, follower: int) -> tuple[int, int]:
+        """The first leader epoch above ``old_epoch`` in the follower's checkpoint, and its
+        start offset (waiting up to 30 s for the checkpoint to be written)."""
+        deadline = time.monotonic() + 30.0
+        while True:
+            newer = [(e, o) for e, o in segments.leader_epochs(follower_dir) if e > old_epoch]
+            if newer:
+                return newer[0]
+            if time.monotonic() >= deadline:
+                raise FaultError(f"broker {follower} has no leader epoch above {old_epoch}")
+            time.sleep(0.2)
 
     def _wait_elected(self, topic: str, partition: int, follower: int) -> float:
         started = time.monotonic()
@@ -252,7 +272,9 @@ class UncleanElection(Fault):
             cluster.resume(self.follower)
             self.mark(f"follower {self.follower} resumed")
         if self.leader is not None and cluster.state(self.leader) == "stopped":
-            cluster.start(self.leader, wait=True)
+            waited = start_broker(cluster, self.leader)
+            if waited > 1.0:
+                self.mark(f"waited {waited:.0f}s for broker {self.leader}'s ports to be free")
             self.mark(f"old leader {self.leader} restarted")
         if self.victim is not None and self.leader is not None:
             topic, partition = self.victim
