@@ -122,6 +122,33 @@ def test_delete_records_removes_acknowledged_records_no_consumer_read(
     # moves the log start offset, which is what every reader obeys.)
 
 
+def test_delete_records_picks_the_most_unread_probe_partitions_and_repeats(
+    local_cluster: LocalCluster, nemesis: Nemesis  # noqa: F811
+) -> None:
+    prefix = f"nem-probe-{uuid.uuid4().hex[:6]}"
+    topic = f"{prefix}.0"
+    local_cluster.create_topic(topic, partitions=3, replication_factor=3)
+    producer = Producer(local_cluster.client_config(**{
+        "acks": "all",  # acknowledged means on every in-sync replica
+        "linger.ms": 0,  # one record per request
+    }))
+    for partition, n in ((0, 30), (1, 10), (2, 0)):
+        for i in range(n):
+            producer.produce(topic, f"p{partition}-{i}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    fault = DeleteRecords(local_cluster, topic_prefix=prefix, count=2, interval=0.3)
+    with nemesis.active(fault) as record:
+        for i in range(5):  # more writes to partition 0 while the deletions repeat
+            producer.produce(topic, f"late-{i}".encode(), partition=0)
+            producer.flush(10)
+            time.sleep(0.3)
+    assert record.info["partitions"] == [f"{topic}/0", f"{topic}/1"]  # most unread first
+    assert record.info["rounds"] >= 3
+    # No group ever committed: everything deleted was unread, and that was everything.
+    assert record.info["deleted"] == record.info["unread"] >= 40
+    assert record.info["per_partition"][f"{topic}/1"]["log_start"] == 10
+
+
 def test_unclean_election_at_acks_1_truncates_acknowledged_records(
     local_cluster: LocalCluster, nemesis: Nemesis  # noqa: F811
 ) -> None:
