@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kmon.checker.policy import ISOLATION_LEVELS
 from kmon.dashboards import rules, yamlio
 from kmon.dashboards.layout import DASHBOARDS
-
-from kmon.checker.policy import ISOLATION_LEVELS
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 GENERATED = PACKAGE_DIR / "generated"

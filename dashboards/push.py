@@ -13,6 +13,7 @@ from typing import Any
 
 from grafana_client import GrafanaApi
 from grafana_client.client import GrafanaClientError
+
 from kmon.dashboards import rules
 from kmon.dashboards.layout import DASHBOARDS
 

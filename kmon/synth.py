@@ -4,7 +4,8 @@ A small in-memory model of partitions: each key has a log of offsets; sends appe
 transactions append their records and then a commit marker, aborted ones their records and an
 abort marker (so offsets are sparse like Kafka's); consumers poll from their position, skipping
 invisible offsets, and rewind after an aborted transaction. Processes are given assign ops, and
-every op is an invoke immediately followed by its completion.
+every op is an invoke immediately followed by its completion. The run ends with final reads
+(each process polls until it has read all its keys), as a real test does: nothing stays unseen.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class _Proc:
 
 
 def healthy(n_events: int, cfg: SynthConfig | None = None) -> Iterator[Op]:
-    """Yield ``n_events`` ops (invokes and completions) of a fault-free run."""
+    """Yield about ``n_events`` ops (invokes and completions) of a fault-free run, then final
+    reads."""
     cfg = cfg or SynthConfig()
     rng = random.Random(cfg.seed)
     keys = [_Key() for _ in range(cfg.keys)]
@@ -86,6 +88,10 @@ def healthy(n_events: int, cfg: SynthConfig | None = None) -> Iterator[Op]:
             v = _value(p, pr)
             yield emit(p, "invoke", "send", [("send", k, v, None)])
             yield emit(p, "ok", "send", [("send", k, v, keys[k].append(v))])
+    for p, pr in enumerate(procs):  # final reads
+        while any(pr.pos[k] < len(keys[k].log) for k in pr.keys):
+            yield emit(p, "invoke", "poll", [("poll", None)])
+            yield emit(p, "ok", "poll", [("poll", _poll(pr, keys, cfg.max_poll_records))])
 
 
 def _value(p: int, pr: _Proc) -> int:

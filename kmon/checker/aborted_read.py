@@ -1,15 +1,16 @@
 """Aborted reads (G1a) and precommitted reads, plus the visibility facts torn-transaction needs.
 
 - ``G1a`` (aborted read): some poll returned a value whose writer failed: the send or
-  transaction definitely did not commit, yet its write became visible.
+  transaction definitely did not commit, yet its write became visible. Reported per reading op
+  (any outcome: a read_committed consumer must never see such a record).
   Example: ``fail txn [[send k 7]]`` (deliberately aborted), then ``ok poll {k [[3 7]]}``.
   A read may reach us before its writer's outcome does; it waits (``pending_reads``) until the
-  outcome arrives or the grace period ends, and is reported once per value.
+  outcome arrives or the grace period ends.
 - ``precommitted-read``: a transaction read a value it wrote itself, before committing;
   Kafka's consumers must never see uncommitted records.
   Example: ``ok txn [[send k 1] [poll {k [[0 1]]}]]``.
 
-Records: ``{key, value, offset, writer, reader}`` and ``{key, op, values}``.
+Records: ``{key, value, offset, writer, reader}`` and ``{key, op, value, values}``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from kmon.checker.anomaly import G1A, PRECOMMITTED_READ
 from kmon.checker.sink import Sink, TxnFact
 from kmon.checker.state import (
     FLAG_OUTCOME,
-    G1A_DONE,
     MULTI,
     VISIBLE_DONE,
     W_ANY,
@@ -48,26 +48,25 @@ def _mark(st: KeyState, i: int, rec: list | None, bit: int) -> None:
 
 def judge_read(
     st: KeyState, code: int, off: int, reader: int, process: Any, time: int, deadline: int,
-    sink: Sink,
+    ok: bool, sink: Sink,
 ) -> None:
     """A poll by op ``reader`` read ``code`` at ``off``: aborted? atomicity fact? or wait."""
     flags, writer, rec, i = _writer(st, code)
     if not flags & W_ANY:
-        if code not in st.pending_reads:
-            st.pending_reads[code] = [reader, off, deadline, process]
+        st.pending_reads.setdefault(code, []).append([reader, off, deadline, process, ok])
         return
-    _judge(st, code, off, flags, writer, rec, i, reader, time, sink)
+    _judge(st, code, off, flags, writer, rec, i, reader, time, ok, sink)
 
 
 def _judge(
     st: KeyState, code: int, off: int, flags: int, writer: int, rec: list | None, i: int,
-    reader: int, time: int, sink: Sink,
+    reader: int, time: int, ok: bool, sink: Sink,
 ) -> None:
-    if flags & W_FAIL and not flags & G1A_DONE and writer != reader:
+    if flags & W_FAIL and writer != reader:
         sink.anomaly(G1A, {"key": st.key, "value": st.value(code), "offset": off,
                            "writer": writer, "reader": reader})
-        _mark(st, i, rec, G1A_DONE)
-    if flags & MULTI and not flags & VISIBLE_DONE:
+    if ok and flags & MULTI and not flags & VISIBLE_DONE:
+        # read by a committed op: the writer's effects were visible (and it committed)
         sink.facts.append(TxnFact("visible", writer, st.key, st.value(code), off,
                                   FLAG_OUTCOME[flags & W_ANY], time))
         _mark(st, i, rec, VISIBLE_DONE)
@@ -79,8 +78,10 @@ def writer_known(st: KeyState, code: int, time: int, sink: Sink) -> None:
     if waiting is None:
         return
     flags, writer, rec, i = _writer(st, code)
-    _judge(st, code, waiting[1], flags, writer, rec, i, waiting[0], time, sink)
+    for reader, off, _deadline, _process, ok in waiting:
+        _judge(st, code, off, flags, writer, rec, i, reader, time, ok, sink)
 
 
 def precommitted(st: KeyState, op: int, values: list[Any], sink: Sink) -> None:
-    sink.anomaly(PRECOMMITTED_READ, {"key": st.key, "op": op, "values": values})
+    sink.anomaly(PRECOMMITTED_READ, {"key": st.key, "op": op, "value": values[0],
+                                     "values": values})

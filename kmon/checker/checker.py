@@ -51,7 +51,8 @@ class Checker:
         self.sink = Sink(collect_lags=self.config.collect_lags)
         self.invoked_at: dict[Any, int] = {}  # process -> time of its pending invocation
         self.tracked: dict[Any, set[Any]] = {}  # process -> keys it consumes (for lag)
-        self.highest_reads: list[tuple[int, Any, Any]] = []  # (reader op, key, value)
+        # (reader op, key, value) of every read by an ok or info op: write-read edges
+        self.reads: set[tuple[int, Any, Any]] = set()
         self.ops = 0
         self.workload_ops = 0  # send/poll/txn ops: a history without any is not a test
 
@@ -80,10 +81,10 @@ class Checker:
         self._apply_fragments(frags)
         if self.config.collect_lags:
             self._lag_of_tracked(op, frags, invoke_time)
-        if self.config.cycles and op.type == "ok":
+        if self.config.cycles and op.type != "fail" and op.f in MOP_FS:
             for k, pairs in op.reads().items():
-                if pairs:
-                    self.highest_reads.append((op.index, k, max(pairs, key=_offset)[1]))
+                for _, v in pairs:
+                    self.reads.add((op.index, k, v))
 
     def _apply_fragments(self, frags: list) -> None:
         sink, cfg, keys = self.sink, self.fold_config, self.keys
@@ -103,40 +104,36 @@ class Checker:
                 self.txns.apply(fact, self.sink)
 
     def _lag_of_tracked(self, op: Op, frags: list, invoke_time: int) -> None:
-        """Sample lag on keys the process consumes that this poll returned nothing for.
+        """Sample lag on keys the process consumes that this op did not touch.
 
-        (Probes list every assigned key in each poll, empty or not, so online the fragments
-        carry these; offline Jepsen histories only list keys with records.)
+        A process tracks the keys of its last assign (none after a subscribe), plus every key
+        an ok poll or txn op of it touched, like Jepsen. (Probes list every assigned key in each
+        poll, empty or not, so online the fragments carry these.)
         """
-        tracked = self._track(op)
-        if op.type != "ok" or op.f not in ("poll", "txn") or not any(
-            m[0] == "poll" for m in op.value or ()
-        ):
-            return
-        polled = {fr.key for fr in frags if fr.reads is not None}
-        for k in tracked - polled:
-            st = self.keys.get(k)
-            if st is not None:
-                realtime_lag.sample_tracked(st, op.process, invoke_time, self.sink)
-            else:
-                self.sink.lags.append((invoke_time, op.process, k, 0))
-        tracked.update(k for k in polled if k not in tracked)
-
-    def _track(self, op: Op) -> set[Any]:
-        """Each process's consumed keys: assign sets them; rebalances and polls adjust them."""
         p = op.process
-        if op.f in ("assign", "subscribe") and op.type == "ok":
-            keys = self.tracked[p] = set(op.value or ()) if op.f == "assign" else set()
-            return keys
-        keys = self.tracked.get(p)
-        if keys is None:
-            keys = self.tracked[p] = set()
-        for r in op.rebalance_log:
-            if r.kind in ("revoked", "lost"):
-                keys.difference_update(r.keys)
-            elif r.kind == "assigned":
-                keys.update(r.keys)
-        return keys
+        if op.type != "ok":
+            return
+        if op.f in ("assign", "subscribe"):
+            self.tracked[p] = set(op.value or ()) if op.f == "assign" else set()
+            return
+        if op.f not in ("poll", "txn"):
+            return
+        tracked = self.tracked.get(p)
+        if tracked is None:
+            tracked = self.tracked[p] = set()
+        touched = {fr.key for fr in frags}
+        lags, keys = self.sink.lags, self.keys
+        for k in tracked:
+            if k in touched:
+                continue  # sampled by the fold
+            st = keys.get(k)
+            pp = st.procs.get(p) if st is not None else None
+            pos = pp.lag_pos if pp is not None else -1
+            if st is None or pos >= st.last_revealed:
+                lags.append((invoke_time, p, k, 0))
+            else:
+                realtime_lag.sample(st, pos, invoke_time, p, self.sink)
+        tracked.update(touched)
 
     def _crash(self, process: Any) -> None:
         """A crashed client's replacement consumer starts afresh: forget its positions."""
@@ -172,15 +169,17 @@ class Checker:
         reason = None
         if self.workload_ops == 0:
             reason = "no send, poll or txn operations: nothing was tested"
-        valid = reason is None and not invalidating(list(errors), self.config.isolation)
+        judged = list(errors) + (["unseen"] if any(counts.values()) else [])
+        valid = reason is None and not invalidating(judged, self.config.isolation,
+                                                    self.config.ww_deps)
         stats = {"ops": self.ops, "keys": len(self.keys),
                  "late-observations": sum(st.late for st in self.keys.values())}
         return Report(valid, errors, counts, messages, list(self.sink.lags),
-                      self.config.isolation, reason, stats)
+                      self.config.isolation, reason, stats, self.config.ww_deps)
 
     def _graph(self) -> Graph:
         g: Graph = {}
-        for reader, key, value in self.highest_reads:
+        for reader, key, value in self.reads:
             st = self.keys[key]
             i, rec = st.record_of(st.code(value))
             flags, writer = (st.flg[i], st.writer(i)) if i >= 0 else (
@@ -205,6 +204,3 @@ def _ww_edges(g: Graph, key: Any, st: KeyState) -> None:
         if writer >= 0:
             prev = writer
 
-
-def _offset(pair: tuple[int, Any]) -> int:
-    return pair[0]

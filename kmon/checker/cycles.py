@@ -3,7 +3,8 @@
 Vertices are ok (or info-but-proven-visible) writers and ok readers. Edges:
 - ``ww``: ``T1`` wrote ``v1`` and ``T2`` wrote ``v2``, the next value after ``v1`` in a key's
   version order. Inferred from log order, so only with ``--ww-deps``.
-- ``wr``: ``T2``'s highest read of a key was a value ``T1`` wrote.
+- ``wr``: ``T2`` read a value ``T1`` wrote (any read, as Jepsen's graph does: a cycle may run
+  through a value below T2's highest read of the key).
 
 - ``G0`` (write cycle): a cycle of ww edges. Normal in Kafka: concurrent transactions' writes
   interleave in partitions.

@@ -25,6 +25,8 @@ from kmon.checker.state import (
     OCCUPIED,
     OUTCOME_FLAG,
     READ,
+    READ_OK,
+    SENT,
     UNSEEN_DONE,
     VER,
     W_ANY,
@@ -65,93 +67,144 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
     if fr.sends:
         _apply_sends(st, pp, fr, deadline, sink)
     if fr.reads is not None:
-        _apply_reads(st, pp, fr, deadline, cfg, sink)
+        _apply_reads(st, pp, fr, deadline, sink)
+    if cfg.collect_lags and fr.type == "ok" and (fr.f == "poll" or fr.f == "txn"):
+        _sample_lag(st, pp, fr, sink)
+
+
+def _sample_lag(st: KeyState, pp: ProcPos, fr: Fragment, sink: Sink) -> None:
+    if pp.lag_pos >= st.last_revealed:  # caught up with everything known to exist
+        sink.lags.append((fr.invoke_time, fr.process, st.key, 0))
+    else:
+        realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, fr.process, sink)
+
+
+_DIRECT_MIN = -(1 << 62)
+_DIRECT_END = 1 << 62
 
 
 def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
     wflags = OUTCOME_FLAG.get(fr.type, W_INFO) | (MULTI if fr.n_writes > 1 else 0)
+    fresh = wflags | SENT | VER  # an acknowledged value in an untouched slot
+    ok = wflags & W_OK
+    t = fr.time
     placed = []
     for v, off in fr.sends:
-        c = st.code(v)
+        c = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
+        if off is not None and ok:
+            i = off - st.base
+            if (0 <= i < len(st.flg) and not st.flg[i] and c not in st.loose
+                    and c not in st.pending_reads and st.find(c) < 0):
+                # The common case, inline: first news of this value, at an untouched offset.
+                st.val[i] = c
+                st.flg[i] = fresh
+                st.set_writer(i, fr.op)
+                st.reveal(i, t)
+                st.index_add(off, c)
+                ch = i >> CHUNK_BITS
+                if t > st.ctime[ch]:
+                    st.ctime[ch] = t
+                placed.append((off, v))
+                if off < st.frontier:
+                    lost_write.sent_below_reads(st, i, deadline)
+                continue
         i = place_send(st, off, c, wflags, fr, sink)
         aborted_read.writer_known(st, c, fr.time, sink)
         if off is not None:
             placed.append((off, v))
             if i >= 0:
                 lost_write.sent_below_reads(st, i, deadline)
-        if wflags & W_OK and i >= 0 and st.flg[i] & READ:
+        if ok and i >= 0 and st.flg[i] & READ:
             sink.e2e.append((st.key, 0))  # a poll saw it before the ack arrived
-    if len(placed) > 1:
-        send_order.within_op(st, placed, fr.op, fr.process, sink)
-    if placed and fr.type == "ok":
-        send_order.between_ops(st, pp, placed, fr.op, fr.process, sink)
+    if fr.type == "ok":
+        if len(placed) > 1:
+            send_order.within_op(st, placed, fr.op, fr.process, sink)
+        if placed:
+            send_order.between_ops(st, pp, placed, fr.op, fr.process, sink)
+            if fr.f == "txn" and placed[-1][0] > pp.lag_pos:
+                pp.lag_pos = max(o for o, _ in placed)  # a txn's own sends count (Jepsen)
+    elif fr.type == "info":
+        # The send went somewhere unknown (or nowhere): compare the next send with nothing.
+        pp.send_off, pp.send_val = placed[-1] if placed else (None, None)
+        pp.send_op = fr.op
 
 
-_DIRECT_MIN = -(1 << 62)
-_DIRECT_END = 1 << 62
 _NEEDS_JUDGING = W_FAIL | MULTI  # reads of these writers' values may be G1a or atomicity facts
 
 
-def _apply_reads(
-    st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, cfg: FoldConfig, sink: Sink
-) -> None:
+def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
     reads = fr.reads
+    if not reads:
+        return
     ok = fr.type == "ok"
-    if reads:
-        own = {st.code(v) for v, _ in fr.sends} if fr.sends else None
-        own_read = []
-        internal = not fr.rebalanced
-        t = fr.time
-        prev_off = prev_v = None
-        hi = -1
-        for off, v in reads:
-            c = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
-            i = off - st.base
-            f = st.flg[i] if 0 <= i < len(st.flg) and st.val[i] == c else 0
-            if f & OCCUPIED and f & W_ANY and not f & _NEEDS_JUDGING:
-                # The common case: read where its committed send put it. Nothing to judge.
-                if not f & READ:
-                    a = st.atime[i]
-                    if a:
-                        a = st.ns(a)
-                        sink.e2e.append((st.key, t - a if t > a else 0))
-                    st.flg[i] = f | VER | READ
-                ch = i >> CHUNK_BITS
-                if t > st.ctime[ch]:
-                    st.ctime[ch] = t
-            else:
-                place_read(st, off, c, fr, sink)
-                aborted_read.judge_read(st, c, off, fr.op, fr.process, t, deadline, sink)
-            if own is not None and c in own:
-                own_read.append(v)
-            if prev_off is not None and off != prev_off + 1 and internal:
-                poll_skip.within_op(st, prev_off, prev_v, off, v, fr.op, fr.process, sink)
-            prev_off, prev_v = off, v
-            if off > hi:
-                hi = off
-        if own_read:
-            aborted_read.precommitted(st, fr.op, own_read, sink)
-        if hi > st.frontier:
-            lost_write.reads_reached(st, hi, fr.op, deadline)
-        if ok:
-            first_off, first_v = reads[0]
-            last = pp.poll_off
-            if last is not None and first_off != last + 1 and not fr.rebalanced:
-                poll_skip.between_ops(st, last, pp.poll_val, pp.poll_op, first_off, first_v,
-                                      fr.op, fr.process, sink)
-            pp.poll_off, pp.poll_val, pp.poll_op = prev_off, prev_v, fr.op
-            if hi > pp.lag_pos:
-                pp.lag_pos = hi
-    if ok and cfg.collect_lags:
-        realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, fr.process, sink)
+    rb = READ | READ_OK if ok else READ
+    # ok and info completions reveal the offsets they read (0: a failed op reveals nothing)
+    u = st.units(fr.time) if fr.type != "fail" else 0
+    own = {st.code(v) for v, _ in fr.sends} if fr.sends else None
+    own_read = []
+    internal = not fr.rebalanced
+    t = fr.time
+    prev_off = prev_v = None
+    hi = -1
+    for off, v in reads:
+        c = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
+        i = off - st.base
+        f = st.flg[i] if 0 <= i < len(st.flg) and st.val[i] == c else 0
+        if f & OCCUPIED and f & W_ANY and not f & _NEEDS_JUDGING:
+            # The common case: read where its send put it, by a known, unfailed writer.
+            if not f & READ:
+                a = st.atime[i]
+                if a:
+                    a = st.ns(a)
+                    sink.e2e.append((st.key, t - a if t > a else 0))
+            if f & rb != rb:
+                st.flg[i] = f | VER | rb
+            a = st.atime[i]
+            if u and (not a or u < a):
+                st.reveal_units(i, u)
+            ch = i >> CHUNK_BITS
+            if t > st.ctime[ch]:
+                st.ctime[ch] = t
+        else:
+            place_read(st, off, c, fr, sink)
+            aborted_read.judge_read(st, c, off, fr.op, fr.process, t, deadline, ok, sink)
+        if own is not None and c in own:
+            own_read.append(v)
+        if prev_off is not None and off != prev_off + 1 and internal:
+            poll_skip.within_op(st, prev_off, prev_v, off, v, fr.op, fr.process, sink)
+        prev_off, prev_v = off, v
+        if off > hi:
+            hi = off
+    if own_read:
+        aborted_read.precommitted(st, fr.op, own_read, sink)
+    if ok and hi > st.frontier:
+        lost_write.reads_reached(st, hi, fr.op, deadline)
+    # Every completion is compared with the last ok poll; only ok ones move the position (the
+    # client rewinds after an abort, and an unknown outcome leaves the position unknown).
+    first_off, first_v = reads[0]
+    last = pp.poll_off
+    if last is not None and first_off != last + 1 and not fr.rebalanced:
+        poll_skip.between_ops(st, last, pp.poll_val, pp.poll_op, first_off, first_v,
+                              fr.op, fr.process, sink)
+    if ok:
+        # After a rebalance of the key the consumer may restart anywhere (the rebalance may
+        # have come after these reads): no position to compare the next poll with.
+        pp.poll_off = None if fr.rebalanced else prev_off
+        pp.poll_val, pp.poll_op = prev_v, fr.op
+        if hi > pp.lag_pos:
+            pp.lag_pos = hi
 
 
 def advance(st: KeyState, watermark: int, cfg: FoldConfig, sink: Sink) -> None:
     """Event time has reached ``watermark``: emit due verdicts, then forget what is settled."""
     lost_write.decide(st, watermark, sink)
     if st.pending_reads:  # readers whose writer never showed up: nothing can be concluded
-        for code in [c for c, w in st.pending_reads.items() if w[2] <= watermark]:
-            del st.pending_reads[code]
+        for code in list(st.pending_reads):
+            waiting = [w for w in st.pending_reads[code] if w[2] > watermark]
+            if waiting:
+                st.pending_reads[code] = waiting
+            else:
+                del st.pending_reads[code]
     if cfg.unseen_grace_ns is not None:
         unseen.decide(st, watermark, cfg.unseen_grace_ns, sink)
     if cfg.grace_ns is not None:
@@ -169,16 +222,29 @@ def _pinned_offset(st: KeyState) -> int:
     for cand in st.cands:
         low = min(low, cand[1])
     for waiting in st.pending_reads.values():
-        low = min(low, waiting[1])
+        for w in waiting:
+            low = min(low, w[1])
     return low
+
+
+def next_deadline(st: KeyState) -> int:
+    """When ``advance`` next has something to decide for this key (INF: nothing pending)."""
+    due = INF
+    for cand in st.cands:
+        due = min(due, cand[0])
+    for waiting in st.pending_reads.values():
+        for w in waiting:
+            due = min(due, w[2])
+    return due
 
 
 def _chunk_settled(st: KeyState, c: int, unseen_decided: bool) -> bool:
     flg = st.flg
     for i in range(c << CHUNK_BITS, (c + 1) << CHUNK_BITS):
         f = flg[i]
-        if f & W_OK and f & OCCUPIED and not f & READ and not (unseen_decided and f & UNSEEN_DONE):
-            return False  # an acknowledged value nobody has read: keep it until it is judged
+        judged = unseen_decided and f & UNSEEN_DONE
+        if f & W_OK and f & OCCUPIED and not f & READ_OK and not judged:
+            return False  # an acknowledged value nobody consumed: keep it until it is judged
     return True
 
 
@@ -199,7 +265,7 @@ def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
     n = drop * CHUNK
     flg = st.flg
     st.unseen_decided += sum(
-        1 for i in range(n) if flg[i] & W_OK and flg[i] & OCCUPIED and not flg[i] & READ
+        1 for i in range(n) if flg[i] & W_OK and flg[i] & OCCUPIED and not flg[i] & READ_OK
     )
     for arr in (st.val, st.flg, st.wref, st.atime):
         del arr[:n]
@@ -218,7 +284,7 @@ def _forget_idle(st: KeyState, horizon: int) -> None:
         del st.procs[p]
     for c in [c for c, rec in st.loose.items() if rec[4] <= horizon]:
         f = st.loose[c][1]
-        if f & W_OK and not f & READ:
+        if f & W_OK and not f & READ_OK:
             if not f & UNSEEN_DONE:
                 continue  # acknowledged, unread, not yet judged unseen: keep
             st.unseen_decided += 1

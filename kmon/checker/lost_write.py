@@ -1,9 +1,11 @@
 """Lost writes: acknowledged values that readers went past without ever seeing.
 
-``lost-write``: a value in the version order (an ok send reported its offset) that no poll ever
-read, although some poll read a higher offset of the key. Consumers read a partition in order
-from a committed position, so reading past an offset means everything visible below it should
-have been seen by someone.
+``lost-write``: a value in the version order (an ok send reported its offset, or some poll read
+it) that no committed (ok) poll ever read, although an ok poll read a higher offset of the key.
+Consumers read a partition in order from a committed position, so reading past an offset means
+everything visible below it should have been consumed by someone. Only ok writers count here
+(and ``info`` ones proven committed, via the transaction stage); a value read only by aborted
+transactions was never consumed.
 Example (Bufstream #5): ``ok send 12 [662 663]``; polls read ``[661 662]`` then ``[664 665]``;
 nobody ever reads 663.
 
@@ -29,25 +31,28 @@ from kmon.checker.state import (
     FLAG_OUTCOME,
     MULTI,
     OCCUPIED,
-    READ,
+    READ_OK,
     SENT,
     VER,
     W_ANY,
     W_FAIL,
     W_INFO,
+    W_OK,
     KeyState,
 )
 
-_DONE = READ | CAND | DECIDED
+_DONE = READ_OK | CAND | DECIDED
 
 
 def _matters(f: int) -> bool:
-    """Does this unread slot's absence prove something? (a lost write or an invisible write)"""
-    return bool(f & VER) or (f & (SENT | MULTI) == SENT | MULTI and bool(f & (W_INFO | W_FAIL)))
+    """Does this unconsumed slot's absence prove something? (a lost or an invisible write)"""
+    if f & W_OK and f & VER:
+        return True
+    return f & (SENT | MULTI) == SENT | MULTI and bool(f & (W_INFO | W_FAIL))
 
 
 def reads_reached(st: KeyState, hi: int, reader: int, deadline: int) -> None:
-    """Polls have now read offset ``hi``: unread values below it become candidates."""
+    """Committed polls have now read offset ``hi``: unconsumed values below it are candidates."""
     lo = st.frontier
     if hi <= lo:
         return
@@ -90,10 +95,10 @@ def _verdict(st: KeyState, off: int, reader: int, sink: Sink) -> None:
     st.flg[i] = (f & ~CAND) | DECIDED
     code = st.val[i]
     home = st.find(code)
-    if f & READ or (home >= 0 and st.flg[home - st.base] & READ):
+    if f & READ_OK or (home >= 0 and st.flg[home - st.base] & READ_OK):
         return
     value, writer = st.value(code), st.writer(i)
-    if f & VER:
+    if f & VER and f & W_OK:
         sink.anomaly(LOST_WRITE, {"key": st.key, "value": value, "offset": off,
                                   "writer": writer, "reader": reader,
                                   "max-read-offset": st.frontier})

@@ -1,9 +1,10 @@
 """Realtime lag: how long a consumer has been behind the end of a key's log.
 
-For each ok poll and each key the process tracks (keys it polled, or was assigned), the lag is a
-conservative lower bound: the poll's invocation time minus the earliest moment the offset it had
-caught up to stopped being the last one, i.e. the earliest ok-acknowledgement of any higher
-offset. Zero when nothing higher had been acknowledged before the poll began.
+For each ok poll or txn op and each key the process tracks (keys it was assigned, polled or sent
+to in a transaction), the lag is a conservative lower bound: the op's invocation time minus the
+earliest moment the offset the process had caught up to stopped being the last one, i.e. the
+earliest completion of an ok or info op that sent or read any higher offset. Zero when nothing
+higher was known before the op began.
 Example: ``ok send x [0 a]`` at t=1, poll at t=2 reads 0; ``ok send x [1 b]`` at t=3; a poll
 invoked at t=4 returns nothing: its lag is 4 - 3 = 1.
 
@@ -19,13 +20,13 @@ from kmon.checker.state import BLOCK_BITS, CHUNK, CHUNK_BITS, INF, OCCUPIED, Key
 
 
 def first_ack_after(st: KeyState, pos: int) -> int:
-    """Earliest ok-ack of any offset above ``pos`` in the window, in ack units (INF if none).
+    """Earliest reveal of any offset above ``pos`` in the window, in ``atime`` units (INF: none).
 
     Scans at most one partial block, then per-block minima to the chunk's end, then per-chunk
     minima: exact, and cheap however far behind the consumer is.
     """
-    if pos >= st.last_ack:
-        return INF  # caught up with every acknowledged write
+    if pos >= st.last_revealed:
+        return INF  # caught up with everything known to exist
     n = len(st.atime)
     start = pos + 1 - st.base
     if start < 0:
@@ -51,12 +52,6 @@ def first_ack_after(st: KeyState, pos: int) -> int:
         if amin[c] < best:
             best = amin[c]
     return best
-
-
-def sample_tracked(st: KeyState, process: Any, invoke_time: int, sink: Sink) -> None:
-    """Lag of a key the process tracks but that this poll returned nothing for."""
-    pp = st.procs.get(process)
-    sample(st, pp.lag_pos if pp is not None else -1, invoke_time, process, sink)
 
 
 def sample(st: KeyState, pos: int, invoke_time: int, process: Any, sink: Sink) -> None:

@@ -7,6 +7,10 @@ slot that some op read or sent across keeps that crossing in the same arrays (``
 first op, or for a crossing within one op the offset it started from; ``wref`` = the second op;
 ``atime`` = the process) so a value arriving there later proves a skip.
 
+``atime`` of an occupied slot is when the offset was first *revealed*: the earliest completion of
+an ok or info op that sent or read it (Jepsen's realtime-lag model: from then on, lower offsets
+are no longer the end of the log).
+
 Values known but not held in a slot (a send invoked but not completed, completed without an
 offset, or displaced from its offset by a conflicting value) live in ``loose`` as
 ``[offset | None, flags, writer, ack_time]``.
@@ -35,7 +39,7 @@ INF = (1 << 63) - 1
 
 # Slot and loose-record flags.
 VER = 1 << 0  # in the version order: a poll read it here, or an ok send reported this offset
-READ = 1 << 1  # some poll read this value
+READ = 1 << 1  # some poll read this value (any outcome)
 SENT = 1 << 2  # a send completion reported this offset for this value
 W_OK = 1 << 3  # the writer's completion: ok ...
 W_INFO = 1 << 4  # ... info ...
@@ -45,10 +49,10 @@ GAP = 1 << 7  # empty slot some op read or sent across; the crossing is kept in 
 GAP_SEND = 1 << 8  # ... and it was between two sends of one op
 CAND = 1 << 9  # an absence verdict (lost-write / invisible write) is pending for this slot
 DECIDED = 1 << 10  # that verdict, or an unseen verdict, was emitted
-G1A_DONE = 1 << 11  # G1a already reported for this value
 VISIBLE_DONE = 1 << 12  # a visible fact was already sent for this value
 UNSEEN_DONE = 1 << 13  # an unseen verdict was already emitted for this value
 GAP_INT = 1 << 14  # the crossing was within one op: ``val`` holds the offset it started from
+READ_OK = 1 << 15  # an ok op read this value: it was consumed (what lost-write and unseen ask)
 
 W_ANY = W_OK | W_INFO | W_FAIL
 OCCUPIED = VER | SENT
@@ -115,7 +119,7 @@ class KeyState:
         "index",
         "iused",
         "key",
-        "last_ack",
+        "last_revealed",
         "late",
         "loose",
         "max_time",
@@ -150,9 +154,10 @@ class KeyState:
         self.iused = 0
         self.vals: dict[int, Any] = {}  # code -> original value, for non-int values
         self.loose: dict[int, list] = {}
-        self.pending_reads: dict[int, list] = {}  # code -> [reader, offset, deadline, process]
+        # code -> [[reader, offset, deadline, process, ok], ...]: reads awaiting their writer
+        self.pending_reads: dict[int, list] = {}
         self.cands: list[list] = []  # [deadline, offset, reader op]
-        self.last_ack = -1  # highest offset an ok send acknowledged
+        self.last_revealed = -1  # highest offset an ok or info op sent or read
         self.frontier = -1  # highest offset any poll has read
         self.frontier_op = -1
         self.procs: dict[Any, ProcPos] = {}
@@ -234,12 +239,19 @@ class KeyState:
     def ns(self, units: int) -> int:
         return (units - 1) * self.tunit + (self.tbase or 0)
 
-    def set_ack(self, i: int, t: int) -> None:
+    def reveal(self, i: int, t: int) -> None:
+        """An ok or info op completing at ``t`` showed that offset ``base + i`` exists."""
         u = self.units(t)
+        a = self.atime[i]
+        if not a or u < a:
+            self.reveal_units(i, u)
+
+    def reveal_units(self, i: int, u: int) -> None:
+        """``reveal`` with the time already in ``atime`` units, known to be the earliest."""
         self.atime[i] = u
         off = i + self.base
-        if off > self.last_ack:
-            self.last_ack = off
+        if off > self.last_revealed:
+            self.last_revealed = off
         if off < self.unseen_from:
             self.unseen_from = off
         c = i >> CHUNK_BITS
@@ -249,8 +261,8 @@ class KeyState:
         if u < self.bmin[b]:
             self.bmin[b] = u
 
-    def ack_ns(self, i: int) -> int:
-        """When slot ``i``'s value was acknowledged (ns), or -1."""
+    def revealed_ns(self, i: int) -> int:
+        """When slot ``i``'s offset was first revealed (ns), or -1."""
         u = self.atime[i]
         return self.ns(u) if u > 0 and self.flg[i] & OCCUPIED else -1
 
@@ -323,9 +335,12 @@ class KeyState:
             self.rebuild_index()
 
     def rebuild_index(self) -> None:
-        """Rebuild the value index from the window, 55% full (any size: probing is modulo)."""
+        """Rebuild the value index from the window (any size will do: probing is modulo)."""
         live = [(i, c) for i, c in enumerate(self.val) if c != EMPTY and self.flg[i] & OCCUPIED]
-        size = max(16, len(live) * 9 // 5 + 1)
+        # Mostly tombstones (a steady online window): rebuild tight. Mostly growth (a window
+        # that keeps growing, offline): leave room, so rebuilds stay geometric and rare.
+        grows = len(live) * 13 > self.iused * 10
+        size = max(16, (len(live) * 3 if grows else len(live) * 9 // 5) + 1)
         typecode = "H" if len(self.val) < 0xFFFF else "i"
         self.index = _empty(typecode, size, _NO_SLOT[typecode])
         self.ibase = self.base
@@ -407,4 +422,4 @@ class KeyState:
 
 _ARRAYS = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
 _SCALARS = ("base", "compacted", "ibase", "iused", "frontier", "frontier_op", "late",
-            "unseen_decided", "unseen_from", "max_time", "last_ack", "obase", "tunit", "tbase")
+            "unseen_decided", "unseen_from", "max_time", "last_revealed", "obase", "tunit", "tbase")

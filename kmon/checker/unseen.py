@@ -1,4 +1,4 @@
-"""Unseen values: acknowledged by the cluster, never read by any poll (yet).
+"""Unseen values: acknowledged by the cluster, never read by a committed (ok) poll (yet).
 
 Not an error by itself: the tail of a log is always briefly unseen, and a consumer may simply be
 behind. Offline, ``kmon check`` reports the values still unseen at the end of the history, per
@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from kmon.checker.sink import Sink
-from kmon.checker.state import OCCUPIED, READ, UNSEEN_DONE, W_OK, KeyState
+from kmon.checker.state import OCCUPIED, READ_OK, UNSEEN_DONE, W_OK, KeyState
 
 
 def _acked_unread(f: int) -> bool:
-    return f & W_OK and f & OCCUPIED and not f & READ
+    return f & W_OK and f & OCCUPIED and not f & READ_OK
 
 
 def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
@@ -30,7 +30,7 @@ def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
             seen.add(val[i])
             out.append((st.value(val[i]), base + i))
     for code, rec in st.loose.items():
-        if rec[1] & W_OK and not rec[1] & READ and code not in seen:
+        if rec[1] & W_OK and not rec[1] & READ_OK and code not in seen:
             out.append((st.value(code), rec[0]))
     return out
 
@@ -51,7 +51,8 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
         if _acked_unread(f) and not f & UNSEEN_DONE:
             if 0 < atime[i] <= limit:
                 flg[i] = f | UNSEEN_DONE
-                sink.unseen.append((st.key, st.value(st.val[i]), st.base + i, st.ack_ns(i)))
+                sink.unseen.append((st.key, st.value(st.val[i]), st.base + i,
+                                    st.revealed_ns(i)))
             elif settled:
                 settled = False
                 st.unseen_from = st.base + i
@@ -59,6 +60,6 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
         st.unseen_from = st.base + len(flg)
     for code, rec in st.loose.items():  # acknowledged without an offset
         f = rec[1]
-        if f & W_OK and not f & (READ | UNSEEN_DONE) and 0 < rec[3] <= horizon:
+        if f & W_OK and not f & (READ_OK | UNSEEN_DONE) and 0 < rec[3] <= horizon:
             rec[1] = f | UNSEEN_DONE
             sink.unseen.append((st.key, st.value(code), rec[0], rec[3]))

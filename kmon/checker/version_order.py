@@ -5,6 +5,9 @@ transaction's fate) and every send whose ``ok`` completion reported an offset pl
 an offset. Sends that failed or whose outcome is unknown only record who wrote what, where:
 their values enter the order once some poll reads them.
 
+Reads by ok ops are marked apart (``READ_OK``): only they count as consumed, for lost writes and
+unseen values. Offsets an ok or info op sent or read are *revealed* (realtime lag).
+
 - ``inconsistent-offsets``: two different values in the version order at one offset.
   Example: ``ok send k [3 a]``, then ``ok poll {k [[3 b]]}``: offset 3 holds both a and b.
 - ``duplicate``: one value in the version order at two offsets (values are unique per key).
@@ -24,21 +27,26 @@ from kmon.checker.state import (
     MULTI,
     OCCUPIED,
     READ,
+    READ_OK,
     SENT,
     VER,
     W_ANY,
+    W_FAIL,
     W_OK,
     KeyState,
 )
 
 _WRITER_BITS = W_ANY | MULTI
+READ_BITS = READ | READ_OK
 
 
 def inconsistent(st: KeyState, off: int, held: int, new: int, sink: Sink) -> None:
-    sink.anomaly(
-        INCONSISTENT_OFFSETS,
-        {"key": st.key, "offset": off, "values": [st.value(held), st.value(new)]},
-    )
+    values = sorted((st.value(held), st.value(new)), key=_token)
+    sink.anomaly(INCONSISTENT_OFFSETS, {"key": st.key, "offset": off, "values": values})
+
+
+def _token(x: object) -> tuple[int, object]:
+    return (0, x) if isinstance(x, int) else (1, str(x))
 
 
 def duplicate(st: KeyState, code: int, first: int, second: int, sink: Sink) -> None:
@@ -48,29 +56,35 @@ def duplicate(st: KeyState, code: int, first: int, second: int, sink: Sink) -> N
     )
 
 
-def _fill(st: KeyState, i: int, code: int, flags: int, writer: int, ack: int) -> None:
+def read_bits(fr: Fragment) -> int:
+    """What a read by this fragment's op marks: read, and consumed if the op committed."""
+    return READ | READ_OK if fr.type == "ok" else READ
+
+
+def _fill(st: KeyState, i: int, code: int, flags: int, writer: int, revealed: int) -> None:
     st.val[i] = code
     st.flg[i] = flags
     st.set_writer(i, writer)
     st.atime[i] = 0
-    if ack > 0:
-        st.set_ack(i, ack)
+    if revealed > 0:
+        st.reveal(i, revealed)
 
 
 def _displace(st: KeyState, i: int) -> None:
     """Move the (not yet visible) value out of slot ``i`` so a visible one can take it."""
-    ack = st.ack_ns(i)
-    st.loose[st.val[i]] = [st.base + i, st.flg[i], st.writer(i), max(ack, 0), st.max_time]
+    revealed = st.revealed_ns(i)
+    st.loose[st.val[i]] = [st.base + i, st.flg[i], st.writer(i), max(revealed, 0), st.max_time]
 
 
 def place_read(st: KeyState, off: int, code: int, fr: Fragment, sink: Sink) -> int:
     """A poll read ``code`` at ``off``. Returns the slot, or -1 if ``off`` was compacted."""
+    rb = read_bits(fr)
     i = st.slot(off)
     if i < 0:
         st.late += 1
         home = st.find(code)
         if home >= 0:
-            st.flg[home - st.base] |= READ
+            st.flg[home - st.base] |= rb
         return -1
     st.touch(i, fr.time)
     f = st.flg[i]
@@ -78,42 +92,49 @@ def place_read(st: KeyState, off: int, code: int, fr: Fragment, sink: Sink) -> i
         held = st.val[i]
         if held == code:
             if not f & READ:
-                _first_read(st, st.ack_ns(i), fr.time, sink)
-            st.flg[i] = f | VER | READ
+                _first_read(st, st.revealed_ns(i), fr.time, sink)
+            st.flg[i] = f | VER | rb
+            if fr.type != "fail":
+                st.reveal(i, fr.time)
             return i
         if f & VER:
-            _conflicting_read(st, i, off, code, fr, sink)
+            _conflicting_read(st, i, off, code, fr, rb, sink)
             return i
         _displace(st, i)
     elif f & GAP:
         skip_from_gap(st, i, code, sink)
-    _settle_read(st, i, off, code, fr.time, sink)
+    _settle_read(st, i, off, code, fr.time, rb, sink)
+    if fr.type != "fail":
+        st.reveal(i, fr.time)
     return i
 
 
 def _conflicting_read(
-    st: KeyState, i: int, off: int, code: int, fr: Fragment, sink: Sink
+    st: KeyState, i: int, off: int, code: int, fr: Fragment, rb: int, sink: Sink
 ) -> None:
     rec = st.loose.get(code)
     if rec is not None and rec[0] == off:
-        rec[1] |= VER | READ  # this conflict was already reported
+        rec[1] |= VER | rb  # this conflict was already reported
         return
     inconsistent(st, off, st.val[i], code, sink)
     home = st.find(code)
     if home >= 0:
-        st.flg[home - st.base] |= READ
+        st.flg[home - st.base] |= rb
         if st.flg[home - st.base] & VER:
             duplicate(st, code, home, off, sink)
-    flags, writer, ack = (rec[1], rec[2], rec[3]) if rec is not None else (0, -1, 0)
-    st.loose[code] = [off, flags | VER | READ, writer, ack, fr.time]
+    flags, writer, revealed = (rec[1], rec[2], rec[3]) if rec is not None else (0, -1, 0)
+    st.loose[code] = [off, flags | VER | rb, writer, revealed, fr.time]
 
 
-def _first_read(st: KeyState, ack: int, t: int, sink: Sink) -> None:
-    if ack > 0:
-        sink.e2e.append((st.key, max(0, t - ack)))
+def _first_read(st: KeyState, revealed: int, t: int, sink: Sink) -> None:
+    """End-to-end delay: from when the value was first known to exist to its first read."""
+    if revealed > 0:
+        sink.e2e.append((st.key, max(0, t - revealed)))
 
 
-def _settle_read(st: KeyState, i: int, off: int, code: int, t: int, sink: Sink) -> None:
+def _settle_read(
+    st: KeyState, i: int, off: int, code: int, t: int, rb: int, sink: Sink
+) -> None:
     """Put a freshly read value into empty slot ``i``, inheriting what we know of its writer."""
     home = st.find(code)
     if home >= 0:  # already held at another offset
@@ -121,22 +142,23 @@ def _settle_read(st: KeyState, i: int, off: int, code: int, t: int, sink: Sink) 
         if st.flg[j] & VER:
             duplicate(st, code, home, off, sink)
         if not st.flg[j] & READ:
-            _first_read(st, st.ack_ns(j), t, sink)
-        st.flg[j] |= READ
-        _fill(st, i, code, VER | READ | (st.flg[j] & _WRITER_BITS), st.writer(j), 0)
+            _first_read(st, st.revealed_ns(j), t, sink)
+        st.flg[j] |= rb
+        _fill(st, i, code, VER | rb | (st.flg[j] & _WRITER_BITS), st.writer(j), 0)
         return
     rec = st.loose.get(code)
-    if rec is not None and rec[0] is None:  # invoked, or completed without an offset
+    if rec is not None and rec[0] is None:  # completed without an offset
         del st.loose[code]
         _first_read(st, rec[3], t, sink)
-        _fill(st, i, code, VER | READ | (rec[1] & (_WRITER_BITS | SENT)), rec[2], rec[3])
+        flags = VER | rb | (rec[1] & (_WRITER_BITS | SENT | READ_BITS))
+        _fill(st, i, code, flags, rec[2], rec[3])
     elif rec is not None:  # displaced from a conflicting offset, now read here too
-        rec[1] |= READ
+        rec[1] |= rb
         if rec[1] & VER:
             duplicate(st, code, rec[0], off, sink)
-        _fill(st, i, code, VER | READ | (rec[1] & _WRITER_BITS), rec[2], 0)
+        _fill(st, i, code, VER | rb | (rec[1] & _WRITER_BITS), rec[2], 0)
     else:
-        _fill(st, i, code, VER | READ, -1, 0)
+        _fill(st, i, code, VER | rb, -1, 0)
     st.index_add(off, code)
 
 
@@ -148,15 +170,15 @@ def place_send(
     Returns the slot holding the value (-1 if none).
     """
     ok = bool(wflags & W_OK)
-    ack = fr.time if ok else 0
+    revealed = 0 if wflags & W_FAIL else fr.time  # ok and info completions reveal offsets
     if off is None:
-        return _send_without_offset(st, code, wflags, fr.op, ack, fr.time)
+        return _send_without_offset(st, code, wflags, fr.op, fr.time if ok else 0, fr.time)
     i = st.slot(off)
     if i < 0:
         st.late += 1
         home = st.find(code)
         if home >= 0:
-            _teach_writer(st, home - st.base, wflags, fr.op, ack)
+            _teach_writer(st, home - st.base, wflags, fr.op, 0)
             if ok and st.flg[home - st.base] & VER:
                 duplicate(st, code, home, off, sink)
         return -1
@@ -165,7 +187,7 @@ def place_send(
     if f & OCCUPIED:
         held = st.val[i]
         if held == code:
-            _teach_writer(st, i, wflags | SENT | (VER if ok else 0), fr.op, ack)
+            _teach_writer(st, i, wflags | SENT | (VER if ok else 0), fr.op, revealed)
             return i
         if not (ok and not f & VER):
             _conflicting_send(st, i, off, code, wflags, fr, sink)
@@ -173,14 +195,14 @@ def place_send(
         _displace(st, i)
     elif f & GAP and ok:
         skip_from_gap(st, i, code, sink)
-    return _settle_send(st, i, off, code, wflags, fr, sink)
+    return _settle_send(st, i, off, code, wflags, fr, revealed, sink)
 
 
-def _teach_writer(st: KeyState, i: int, wflags: int, writer: int, ack: int) -> None:
+def _teach_writer(st: KeyState, i: int, wflags: int, writer: int, revealed: int) -> None:
     st.flg[i] = (st.flg[i] & ~W_ANY) | wflags
     st.set_writer(i, writer)
-    if ack and not st.atime[i]:
-        st.set_ack(i, ack)
+    if revealed > 0:
+        st.reveal(i, revealed)
 
 
 def _send_without_offset(
@@ -188,7 +210,7 @@ def _send_without_offset(
 ) -> int:
     home = st.find(code)
     if home >= 0:
-        _teach_writer(st, home - st.base, wflags, writer, ack)
+        _teach_writer(st, home - st.base, wflags, writer, 0)
         return home - st.base
     rec = st.loose.get(code)
     if rec is None:
@@ -206,28 +228,28 @@ def _conflicting_send(
     rec = st.loose.get(code)
     if ok and not (rec is not None and rec[0] == off and rec[1] & VER):
         inconsistent(st, off, st.val[i], code, sink)
-    flags = wflags | SENT | (VER if ok else 0) | (rec[1] & READ if rec is not None else 0)
+    flags = wflags | SENT | (VER if ok else 0) | (rec[1] & READ_BITS if rec is not None else 0)
     st.loose[code] = [off, flags, fr.op, fr.time if ok else 0, fr.time]
 
 
 def _settle_send(
-    st: KeyState, i: int, off: int, code: int, wflags: int, fr: Fragment, sink: Sink
+    st: KeyState, i: int, off: int, code: int, wflags: int, fr: Fragment, revealed: int,
+    sink: Sink,
 ) -> int:
     ok = wflags & W_OK
     flags = wflags | SENT | (VER if ok else 0)
-    ack = fr.time if ok else 0
     home = st.find(code)
     if home >= 0:  # read (or sent) at another offset before
         j = home - st.base
         if ok and st.flg[j] & VER:
             duplicate(st, code, home, off, sink)
         _teach_writer(st, j, wflags, fr.op, 0)
-        _fill(st, i, code, flags | (st.flg[j] & READ), fr.op, ack)
+        _fill(st, i, code, flags | (st.flg[j] & READ_BITS), fr.op, revealed)
         return i
     rec = st.loose.pop(code, None)
     if rec is not None and rec[0] is not None:  # displaced elsewhere: keep that record
         st.loose[code] = rec
         rec = None
-    _fill(st, i, code, flags | (rec[1] & READ if rec is not None else 0), fr.op, ack)
+    _fill(st, i, code, flags | (rec[1] & READ_BITS if rec is not None else 0), fr.op, revealed)
     st.index_add(off, code)
     return i

@@ -1,15 +1,128 @@
-"""`kmon probe`: Run the continuous Jepsen-style probe workload against a cluster."""
+"""`kmon probe`: Run the continuous Jepsen-style probe workload against a cluster.
+
+Every op goes to the events topic as an Avro op event (and, with --history, to a .jsonl file
+that `kmon check` reads). Settings come from --config (YAML), KMON_PROBE_* environment variables
+and flags, in increasing precedence; `--help-settings` lists them all. SIGTERM or Ctrl-C stops
+it cleanly: in-flight ops finish (or are reported info), a final catch-up read runs, events are
+flushed, and a JSON summary is printed on stdout.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import signal
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from kmon.cli import UsageError
+
+SUMMARY = "Run the continuous Jepsen-style probe workload against a cluster."
+
+# flag -> setting name
+_FLAG_SETTINGS = {
+    "bootstrap_servers": "kafka.bootstrap.servers",
+    "name": "name",
+    "processes": "processes",
+    "rate": "rate",
+    "duration": "duration",
+    "history": "history",
+    "events_topic": "events.topic",
+    "metrics_port": "metrics.port",
+    "seed": "seed",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("probe", help=__doc__.split(": ", 1)[1],
-                       description=__doc__.split(": ", 1)[1])
+    p = sub.add_parser("probe", help=SUMMARY, description=__doc__.split(": ", 1)[1],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, metavar="FILE", help="YAML settings file")
+    p.add_argument("--bootstrap-servers", "-b", metavar="HOSTS",
+                   help="the cluster to probe (kafka.bootstrap.servers)")
+    p.add_argument("--name", help="probe name (default: host name)")
+    p.add_argument("--processes", type=int, metavar="N", help="logical processes (default 4)")
+    p.add_argument("--rate", type=float, metavar="OPS", help="target ops/s (default 50)")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="stop after this long (default 0: run until SIGTERM)")
+    p.add_argument("--history", metavar="FILE", help="also write the history as .jsonl")
+    p.add_argument("--events-topic", metavar="TOPIC", help="op events topic (default kmon-events)")
+    p.add_argument("--no-events", dest="events", action="store_false",
+                   help="do not emit op events (needs --history)")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="Prometheus metrics port (default 9465; 0: none)")
+    p.add_argument("--seed", help="random seed for op choices")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                   help="any setting, e.g. --set txn_share=0.5 --set "
+                        "consumer.isolation.level=read_uncommitted (repeatable)")
+    p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
+    p.add_argument("--log-level", default="INFO", help="log level (default INFO)")
     p.set_defaults(func=run)
 
 
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in args.overrides:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"--set expects NAME=VALUE, got {item!r}")
+        out[name.strip()] = value
+    for attr, setting in _FLAG_SETTINGS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            out[setting] = value
+    if args.events is False:
+        out["events.enabled"] = False
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("kmon probe: not implemented yet")
+    from kmon.probes import config as probe_config
+
+    if args.help_settings:
+        print(probe_config.help_text())
+        return 0
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # librdkafka logs every refused connection while a broker is down; its errors are counted
+    # in kmon_probe_client_errors_total instead. --log-level DEBUG shows them all.
+    level = logging.getLevelName(args.log_level.upper())
+    logging.getLogger("kmon.probes.librdkafka").setLevel(
+        level if level == logging.DEBUG else logging.CRITICAL)
+    try:
+        cfg = probe_config.load(args.config, overrides=overrides_from_args(args))
+    except probe_config.ConfigError as e:
+        raise UsageError(str(e)) from e
+    return _run(cfg)
+
+
+def _run(cfg: Any) -> int:
+    from kmon.probes.config import ConfigError
+    from kmon.probes.metrics import ProbeMetrics
+    from kmon.probes.workload import Workload
+
+    metrics = ProbeMetrics()
+    with ExitStack() as stack:
+        history = None
+        if cfg.history:
+            history = stack.enter_context(open(cfg.history, "w", encoding="utf-8"))
+        try:
+            metrics.serve(cfg.metrics_port, cfg.metrics_addr)
+        except OSError as e:
+            raise UsageError(f"metrics.port: cannot serve on {cfg.metrics_port}: {e}") from e
+        wl = Workload(cfg, metrics, history)
+        try:
+            wl.start()
+        except ConfigError as e:
+            raise UsageError(str(e)) from e
+        except Exception as e:
+            raise SystemExit(f"kmon probe: could not start: {e}") from e
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: wl.stop())
+        wl.run()
+        summary = wl.shutdown()
+    json.dump(summary, sys.stdout)
+    sys.stdout.write("\n")
+    return 0

@@ -1,7 +1,8 @@
 """`kmon run`: run the local stack in the foreground until Ctrl-C, then stop it cleanly.
 
-Today the stack is the local Kafka cluster and Toxiproxy in front of it (when installed);
-probes, the monitor and Prometheus join it in later issues.
+The stack: the local Kafka cluster, the probe writing op events, the monitor checking them, and
+Prometheus scraping both with kmon's alert rules loaded (see ``kmon.local.stack``); Toxiproxy in
+front of the brokers when installed, for ``kmon nemesis net``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from kmon.cli._local import add_kafka_args, add_stack_args, errors_as_usage, ove
 
 if TYPE_CHECKING:
     from kmon.local.cluster import LocalCluster
+    from kmon.local.stack import LocalStack
 
 HELP = (
     "Run the local stack in the foreground: bring the Kafka cluster up (see `kmon cluster up`), "
-    "report broker state changes, and stop everything it started on Ctrl-C or SIGTERM."
+    "start the probe, the monitor and Prometheus (with kmon's alert rules), report broker state "
+    "changes and components that die, and stop everything it started on Ctrl-C or SIGTERM."
 )
 
 
@@ -30,6 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_kafka_args(p)
     p.add_argument("--timeout", type=float, default=180.0,
                    help="seconds to wait for the cluster to come up (default 180)")
+    p.add_argument("--no-probe", action="store_true", help="do not run the probe")
+    p.add_argument("--no-monitor", action="store_true", help="do not run the monitor")
+    p.add_argument("--no-prometheus", action="store_true", help="do not run Prometheus")
+    p.add_argument("--probe-set", action="append", default=[], metavar="NAME=VALUE",
+                   help="a probe setting (see `kmon probe --help-settings`; repeatable)")
+    p.add_argument("--monitor-set", action="append", default=[], metavar="NAME=VALUE",
+                   help="a monitor setting (see `kmon monitor --help`; repeatable)")
     p.set_defaults(func=run)
 
 
@@ -39,6 +49,7 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kmon.local.cluster import LocalCluster
+    from kmon.local.stack import LocalStack, StackOptions
     from kmon.local.toxiproxy import LocalToxiproxy, find_binary
 
     # SIGTERM (a supervisor, `kill`) and SIGHUP (the terminal went away) stop the stack the
@@ -53,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
         owned = not cluster.is_up()
         proxy = LocalToxiproxy(home=args.home, port_base=args.port_base)
         proxy_owned = not proxy.is_up() and find_binary(proxy.cache) is not None
+        options = StackOptions(
+            probe=not args.no_probe, monitor=not args.no_monitor,
+            prometheus=not args.no_prometheus,
+            probe_args=[a for kv in args.probe_set for a in ("--set", kv)],
+            monitor_args=[a for kv in args.monitor_set for a in ("--set", kv)],
+        )
+        stack = LocalStack(cluster, options, home=args.home, port_base=args.port_base)
         try:
             started = time.monotonic()
             cluster.up(timeout=args.timeout)
@@ -68,13 +86,15 @@ def run(args: argparse.Namespace) -> int:
             else:
                 proxy.up()
                 _say(f"toxiproxy: proxied bootstrap {cluster.proxied_bootstrap}")
+            stack.start(_say)
             _say("running; Ctrl-C stops")
-            _watch(cluster)
+            _watch(cluster, stack)
         except KeyboardInterrupt:
             pass
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)  # nothing may cut the shutdown short
+            stack.stop(_say)
             if proxy_owned:
                 proxy.down()
             if owned:
@@ -90,12 +110,19 @@ def _say(line: str) -> None:
         print(line, flush=True)
 
 
-def _watch(cluster: LocalCluster) -> None:
-    """Report each change of a broker's state (a crash, or a fault injected from elsewhere)."""
+def _watch(cluster: LocalCluster, stack: LocalStack) -> None:
+    """Report each change of a broker's state (a crash, or a fault injected from elsewhere)
+    and each component that exits on its own."""
     last = {s.node_id: s.state for s in cluster.status()}
+    reported: set[str] = set()
     while True:
         time.sleep(2.0)
         for s in cluster.status():
             if s.state != last[s.node_id]:
                 _say(f"kafka: broker {s.node_id} is now {s.state}")
                 last[s.node_id] = s.state
+        for child in stack.dead_children():
+            if child.name not in reported:
+                reported.add(child.name)
+                _say(f"{child.name}: exited with status {child.proc.returncode}; "
+                     f"see {child.log}")

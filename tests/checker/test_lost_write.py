@@ -58,3 +58,21 @@ def test_info_writer_never_read_is_not_lost():
     h = history((0, "info", "txn", [send(1, 10, 1), send(2, 20, 1)]),
                 (2, "ok", "poll", [poll({1: [(0, 9), (2, 11)], 2: [(0, 19), (2, 21)]})]))
     assert check(h).errors == {}
+
+
+def test_value_read_only_by_an_aborted_transaction_was_never_consumed():
+    # Like Jepsen: only committed (ok) polls consume. Process 2's transaction read 2, then
+    # aborted; every committed reader went past it.
+    h = history((0, "ok", "send", [send(1, 1, 0)]), (0, "ok", "send", [send(1, 2, 1)]),
+                (0, "ok", "send", [send(1, 3, 2)]),
+                (2, "fail", "txn", [poll({1: [(1, 2)]})]),
+                (1, "ok", "poll", [poll({1: [(0, 1), (2, 3)]})]))
+    assert [e["value"] for e in check(h).errors["lost-write"]] == [2]
+
+
+def test_aborted_reads_past_a_value_do_not_make_it_lost():
+    # How far consumers got is measured by committed polls only.
+    h = history((0, "ok", "send", [send(1, 1, 0)]), (0, "ok", "send", [send(1, 2, 1)]),
+                (2, "fail", "txn", [poll({1: [(1, 2)]})]))
+    r = check(h)
+    assert "lost-write" not in r.errors and r.unseen_messages == {1: [1, 2]}

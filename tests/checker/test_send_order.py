@@ -38,3 +38,15 @@ def test_interleaved_transaction_writes_are_allowed():
     r = check(h)
     assert r.errors["int-send-skip"][0]["skipped"] == [2]
     assert r.valid  # Kafka does not isolate transactions' writes from each other
+
+
+def test_unknown_outcome_send_leaves_the_position_unknown():
+    h = history((0, "ok", "send", [send(1, 1, 5)]), (0, "info", "send", [send(1, 2, None)]),
+                (0, "ok", "send", [send(1, 3, 4)]))
+    assert "nonmonotonic-send" not in check(h).errors
+
+
+def test_aborted_transaction_sends_are_not_checked_for_order():
+    # Their values are not in the version order, as in Jepsen.
+    h = history((0, "fail", "txn", [send(1, 1, 5), send(1, 2, 3)]))
+    assert check(h).errors == {}

@@ -29,7 +29,7 @@ def test_kafka_17754_torn_aborted_transaction():
     assert r.errors["torn-transaction"] == [{
         "key": 17, "writer": 1, "visible": [[5, 424, 653]],
         "invisible": [[17, 926, 1360], [17, 927, 1382]]}]
-    assert [e["value"] for e in r.errors["G1a"]] == [424]
+    assert [(e["value"], e["reader"]) for e in r.errors["G1a"]] == [(424, 3), (424, 5), (424, 7)]
 
 
 def test_committed_transaction_half_lost():

@@ -15,8 +15,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-from kmon.dashboards import tools
 
+from kmon.dashboards import tools
 from kmon.investigate import Evidence, investigate
 from kmon.investigate.page import render
 from kmon.synth import SynthConfig, healthy

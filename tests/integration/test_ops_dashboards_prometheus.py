@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from kmon.dashboards import generate, layout, queries, rules, tools
 from kmon.dashboards.grafana import expressions
-
 from kmon.local.prometheus import LocalPrometheus
 from tests.helpers import wait_until
 from tests.integration import ops_exporter

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kmon.streaming.session import DEFAULT_MASTER, connector_jars, spark_conf
 
 from kmon.local.artifacts import _pyspark_jars, pyspark_version
+from kmon.streaming.session import DEFAULT_MASTER, connector_jars, spark_conf
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

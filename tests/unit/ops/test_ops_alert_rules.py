@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from kmon.dashboards import generate, rules, tools
 
 RULES = generate.GENERATED / generate.prometheus_rules_name("read_committed")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from kmon.dashboards import generate, rules, tools
 
 ROOT = Path(__file__).resolve().parents[3]

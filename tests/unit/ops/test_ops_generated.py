@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
-from kmon.dashboards import generate, rules
-from kmon.dashboards.layout import DASHBOARDS
 
 from kmon.checker.anomaly import ANOMALY_TYPES
 from kmon.checker.policy import ISOLATION_LEVELS, allowed_anomalies
 from kmon.cli import main
+from kmon.dashboards import generate, rules
+from kmon.dashboards.layout import DASHBOARDS
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "helm" / "kmon"

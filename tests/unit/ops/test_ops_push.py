@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 from fake_grafana import FakeGrafana
-from kmon.dashboards import push, rules
-from kmon.dashboards.layout import DASHBOARDS
 
 from kmon.cli import main
+from kmon.dashboards import push, rules
+from kmon.dashboards.layout import DASHBOARDS
 
 
 @pytest.fixture

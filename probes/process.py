@@ -1,0 +1,626 @@
+"""One logical process: its clients, and each op exactly as those clients saw it.
+
+Jepsen's process discipline: a process runs one op at a time (invoke, then its completion).
+After a ``crash`` op or any ``info`` completion its clients are torn down (bounded close) and it
+continues under a **fresh process id** with new clients, so the checker can forget the old
+consumer's position. A process owns an idempotent producer (``send`` ops), a transactional
+producer (``txn`` ops; one ``transactional.id`` per process slot, so a replacement fences and
+aborts whatever its predecessor left open), a consumer and an admin client (metadata).
+
+Ops (mops in the op model's form, ``kmon.history.model``):
+
+- ``send``: one ``("send", key, value, offset)``; offset from the delivery report.
+- ``poll``: one ``("poll", {key: [(offset, value), ...]})`` listing every key assigned after the
+  poll, ``[]`` when nothing came back; then an asynchronous commit of exactly what it read
+  (a failed commit only means a later consumer rereads: the poll itself is ``ok``).
+- ``txn``: up to ``txn_max_mops`` sends (at most one per key) and polls in one Kafka
+  transaction; polls' offsets go in with ``send_offsets_to_transaction``; some are aborted on
+  purpose. After any abort the consumer is rewound to the first offset the transaction polled
+  of each key (KAFKA-17582: consumers do not rewind by themselves); a rewind that fails is
+  followed by a crash op.
+- ``assign`` (a random subset of readable keys, or all of them for a catch-up read) and
+  ``subscribe`` (every readable topic; value: all their keys): a change of mode builds a new
+  consumer (each mode has its own group), whose close may fire rebalance callbacks in the op.
+- ``crash``: tear every client down; completes ``info``.
+
+Each completion's meta carries the invoke time, the probe id, the error text if any and, per key
+touched, a ``KeyPlacement``: topic and partition, the leader from this process's metadata
+(refreshed every ``metadata_refresh`` seconds) and the newest leader epoch this process saw for
+the key on a record (librdkafka exposes no metadata epoch; produce reports carry none), None
+until it saw one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from kmon.history import KeyPlacement, Rebalance
+from kmon.probes import clients as C
+from kmon.probes import values as V
+from kmon.probes.outcome import (
+    FAIL,
+    INFO,
+    OK,
+    error_name,
+    error_text,
+    send_outcome,
+    txn_outcome,
+)
+
+if TYPE_CHECKING:
+    from kmon.probes.workload import Workload
+
+log = logging.getLogger("kmon.probes")
+
+ASSIGN, SUBSCRIBE = "assign", "subscribe"
+
+
+class OpFailed(Exception):
+    """Internal: a client call raised inside an op."""
+
+
+class Process:
+    def __init__(self, slot: int, wl: Workload, rng: random.Random) -> None:
+        self.slot = slot
+        self.wl = wl
+        self.cfg = wl.cfg
+        self.rec = wl.recorder
+        self.keys = wl.keyspace
+        self.rng = rng
+        self.transactional_id = f"kmon-{self.cfg.probe_id}-{slot}"
+        self.txn_seq = 0
+        self.pid = wl.new_pid()
+        self.seq = 0
+        self.producer: Producer | None = None
+        self.txn_producer: Producer | None = None
+        self.consumer: Consumer | None = None
+        self.admin: AdminClient | None = None
+        self.mode: str | None = None
+        self.assigned: list[int] = []
+        self.subscribed: list[str] = []
+        self.keys_version = -1
+        self.rebalances: list[Rebalance] = []
+        self.epochs: dict[int, int] = {}
+        self.leaders: dict[tuple[str, int], int] = {}
+        self.leaders_at = 0.0
+        # Next offset this consumer reads per key (after its reads and rewinds), and those of
+        # the keys the last rebalance revoked: see _on_assign.
+        self.positions: dict[int, int] = {}
+        self.revoked_positions: dict[int, int] = {}
+        self.errors: list[str] = []  # error texts gathered during the current op
+        self.broken = False  # a client is in an unknown state: crash after this op
+
+    # -- clients --------------------------------------------------------------------------
+
+    def _client_id(self, kind: str) -> str:
+        return f"kmon-probe-{self.cfg.name}-{self.slot}-{self.pid}-{kind}"
+
+    def _producer(self) -> Producer:
+        if self.producer is None:
+            self.producer = Producer(C.producer_config(
+                self.cfg, self._client_id("p"), error_cb=self.wl.count_error))
+        return self.producer
+
+    def _txn_producer(self) -> Producer:
+        """The transactional producer, initialised (raises OpFailed when it cannot be)."""
+        if self.txn_producer is None:
+            p = Producer(C.producer_config(self.cfg, self._client_id("t"), self.transactional_id,
+                                           error_cb=self.wl.count_error))
+            try:
+                self._txn_call(p, "init_transactions", self.cfg.op_timeout)
+            except C.Hung as e:
+                raise OpFailed(e) from e  # p is abandoned, never closed (see clients.bounded)
+            except (KafkaException, KafkaError) as e:
+                C.close_quietly(p, self.cfg.close_timeout)
+                raise OpFailed(e) from e
+            self.txn_producer = p
+        return self.txn_producer
+
+    def _txn_call(self, producer: Producer, method: str, *args: Any) -> Any:
+        """A transactional API call, bounded even where librdkafka ignores its own timeout.
+
+        A call that hangs abandons its producer for good; the replacement's
+        ``init_transactions`` fences it.
+        """
+        try:
+            return C.bounded(getattr(producer, method), *args,
+                             timeout=self.cfg.op_timeout + self.cfg.close_timeout, name=method)
+        except C.Hung:
+            if producer is self.txn_producer:
+                self.txn_producer = None
+            self.wl.abandoned_clients.append(producer)
+            raise
+
+    def _new_consumer(self, mode: str) -> Consumer:
+        group = f"{self.cfg.topic_prefix}-{mode}"
+        return Consumer(C.consumer_config(self.cfg, self._client_id("c"), group,
+                                          error_cb=self.wl.count_error))
+
+    def _admin(self) -> AdminClient:
+        if self.admin is None:
+            self.admin = AdminClient(C.admin_config(self.cfg, self._client_id("a")))
+        return self.admin
+
+    def close_clients(self) -> None:
+        """Tear every client down, each close bounded by ``close_timeout``."""
+        t = self.cfg.close_timeout
+        for name in ("consumer", "txn_producer", "producer", "admin"):
+            client = getattr(self, name)
+            setattr(self, name, None)
+            if client is not None and name != "admin":
+                C.close_quietly(client, t)
+        self.mode = None
+        self.assigned, self.subscribed = [], []
+        self.epochs.clear()
+        self.positions.clear()
+        self.revoked_positions.clear()
+
+    def respawn(self) -> None:
+        """New clients under a fresh process id (after a crash or an info completion)."""
+        self.close_clients()
+        self.pid = self.wl.new_pid()
+        self.seq = 0
+        self.broken = False
+
+    # -- op recording ---------------------------------------------------------------------
+
+    def _invoke(self, f: str, value: Any, **meta: Any) -> None:
+        self.rebalances.clear()
+        self.errors.clear()
+        self.rec.invoke(self.pid, f, value, self.rec.meta(**meta))
+
+    def _complete(self, type_: str, value: Any, touched: Any = (), **meta: Any) -> None:
+        if self.errors and "error" not in meta:
+            meta["error"] = "; ".join(dict.fromkeys(self.errors))
+        placements = {k: self._placement(k) for k in touched}
+        rebalances = tuple(self.rebalances)
+        self.rebalances.clear()
+        self.rec.complete(self.pid, type_, value, self.rec.meta(placements=placements, **meta),
+                          rebalances)
+        if type_ == INFO:
+            self.respawn()
+
+    def _error(self, err: Any) -> None:
+        """Count a client error and keep its text for the op's meta."""
+        self.wl.count_error(err)
+        text = error_text(err)
+        if text:
+            self.errors.append(text)
+
+    def _placement(self, key: int) -> KeyPlacement:
+        topic, partition = self.keys.topic_partition(key)
+        return KeyPlacement(topic, partition, self.leaders.get((topic, partition)),
+                            self.epochs.get(key))
+
+    def refresh_leaders(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.leaders_at < self.cfg.metadata_refresh:
+            return
+        self.leaders_at = now
+        admin = self._admin()
+        for topic in self.keys.readable_topics():
+            try:
+                md = admin.list_topics(topic, timeout=min(2.0, self.cfg.op_timeout))
+            except KafkaException as e:
+                self.wl.count_error(e)
+                return
+            t = md.topics.get(topic)
+            if t is None or t.error is not None:
+                continue
+            for p in t.partitions.values():
+                if p.leader >= 0:
+                    self.leaders[(topic, p.id)] = p.leader
+                else:
+                    self.leaders.pop((topic, p.id), None)
+
+    def _value(self) -> int:
+        self.seq += 1
+        return V.encode(self.wl.probe_tag, self.pid, self.seq)
+
+    def needs_crash(self) -> bool:
+        return self.broken or self.seq >= V.MAX_SEQ - 2 * self.cfg.txn_max_mops
+
+    # -- rebalance callbacks (run on this thread, inside consume() or close()) ---------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions assigned. Those the same rebalance revoked from this consumer resume
+        where it was (``restore_positions``), the others start from the committed offset.
+
+        An eager rebalance revokes every partition and assigns them anew, so without this a
+        consumer that keeps a partition restarts it from the committed offset, possibly after a
+        read earlier in the same op. Nobody else can have read the partition between the revoke
+        and the assign (it had no owner), and everything below this consumer's position was
+        read by it, so resuming skips nothing. The checker exempts the op with the rebalance,
+        but takes the op's last read as the position for the next op (see docs/probes.md).
+        """
+        self._rebalanced("assigned", partitions)
+        restore = self.revoked_positions if self.cfg.restore_positions else {}
+        self.revoked_positions = {}
+        restored = False
+        for tp in partitions:
+            k = self.keys.key(tp.topic, tp.partition)
+            if k is not None and k in restore:
+                tp.offset = restore[k]
+                restored = True
+            elif k is not None:
+                self.positions.pop(k, None)
+        if restored:
+            consumer.assign(partitions)  # instead of the automatic assign after this callback
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalanced("revoked", partitions)
+        for tp in partitions:
+            k = self.keys.key(tp.topic, tp.partition)
+            if k is not None and k in self.positions:
+                self.revoked_positions[k] = self.positions.pop(k)
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalanced("lost", partitions)  # others may own them now: no position to keep
+        for tp in partitions:
+            k = self.keys.key(tp.topic, tp.partition)
+            self.positions.pop(k, None)
+            self.revoked_positions.pop(k, None)
+
+    def _rebalanced(self, kind: str, partitions: list[TopicPartition]) -> None:
+        self.wl.metrics.rebalances.labels(kind=kind).inc()
+        keys = tuple(k for tp in partitions if (k := self.keys.key(tp.topic, tp.partition))
+                     is not None)
+        if keys:
+            self.rebalances.append(Rebalance(kind, keys))
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _poll(self) -> dict[int, list[tuple[int, Any]]]:
+        """One poll: records per key in order, plus every assigned key (``[]`` if none came)."""
+        c = self.consumer
+        if c is None:
+            raise OpFailed("no consumer")
+        n = self.cfg.max_poll_records
+        try:
+            msgs = c.consume(n, 0)  # what is already fetched
+            if not msgs:
+                msgs = c.consume(1, self.cfg.poll_timeout)  # wait for the first record
+                if msgs and msgs[0].error() is None and n > 1:
+                    msgs += c.consume(n - 1, 0)
+        except (KafkaException, RuntimeError) as e:
+            raise OpFailed(e) from e
+        reads: dict[int, list[tuple[int, Any]]] = {}
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    self._error(err)
+                continue
+            k = self.keys.key(m.topic(), m.partition())
+            if k is None:
+                continue
+            reads.setdefault(k, []).append((m.offset(), decode_value(m.value())))
+            self.positions[k] = m.offset() + 1
+            epoch = m.leader_epoch()
+            if epoch is not None and epoch >= 0:
+                self.epochs[k] = epoch
+        try:
+            for tp in c.assignment():
+                k = self.keys.key(tp.topic, tp.partition)
+                if k is not None:
+                    reads.setdefault(k, [])
+        except (KafkaException, RuntimeError) as e:
+            raise OpFailed(e) from e
+        return reads
+
+    def _commit_async(self, reads: dict[int, list[tuple[int, Any]]]) -> None:
+        offsets = self._next_offsets({k: rs[-1][0] for k, rs in reads.items() if rs})
+        if not offsets or self.consumer is None:
+            return
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as e:
+            self._error(e)
+
+    def _next_offsets(self, last: dict[int, int]) -> list[TopicPartition]:
+        out = []
+        for k, off in last.items():
+            topic, partition = self.keys.topic_partition(k)
+            out.append(TopicPartition(topic, partition, off + 1))
+        return out
+
+    # -- ops ------------------------------------------------------------------------------
+
+    def crash(self) -> None:
+        self._invoke("crash", None)
+        self.close_clients()
+        self._complete(INFO, None)
+
+    def assign(self, keys: list[int]) -> bool:
+        self._invoke("assign", list(keys))
+        try:
+            if self.mode != ASSIGN or self.consumer is None:
+                old, self.consumer = self.consumer, None
+                C.close_quietly(old, self.cfg.close_timeout)  # callbacks land in this op
+                self.consumer = self._new_consumer(ASSIGN)
+            self.consumer.assign([TopicPartition(*self.keys.topic_partition(k)) for k in keys])
+            self.positions.clear()  # every assigned key restarts from its committed offset
+        except (KafkaException, RuntimeError) as e:
+            self._error(e)
+            self._complete(INFO, list(keys), keys)
+            return False
+        self.mode, self.assigned, self.subscribed = ASSIGN, list(keys), []
+        self.keys_version = self.wl.keyspace.version
+        self._complete(OK, list(keys), keys)
+        return True
+
+    def subscribe(self, topics: list[str]) -> bool:
+        keys = self.keys.keys_of(topics)
+        self._invoke("subscribe", keys)
+        try:
+            if self.mode != SUBSCRIBE or self.consumer is None:
+                old, self.consumer = self.consumer, None
+                C.close_quietly(old, self.cfg.close_timeout)
+                self.positions.clear()
+                self.revoked_positions.clear()
+                self.consumer = self._new_consumer(SUBSCRIBE)
+            self.consumer.subscribe(topics, on_assign=self._on_assign,
+                                    on_revoke=self._on_revoke, on_lost=self._on_lost)
+        except (KafkaException, RuntimeError) as e:
+            self._error(e)
+            self._complete(INFO, keys, keys)
+            return False
+        self.mode, self.assigned, self.subscribed = SUBSCRIBE, [], list(topics)
+        self.keys_version = self.wl.keyspace.version
+        self._complete(OK, keys, keys)
+        return True
+
+    def send(self) -> bool:
+        key = self.keys.pick(self.rng)
+        if key is None:
+            return False
+        value = self._value()
+        topic, partition = self.keys.topic_partition(key)
+        self._invoke("send", [("send", key, value, None)])
+        report: dict[str, Any] = {}
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            report["err"] = err
+            report["offset"] = msg.offset() if err is None else None
+
+        try:
+            p = self._producer()
+            p.produce(topic, value=encode_value(value), partition=partition,
+                      on_delivery=delivered)
+        except (BufferError, KafkaException) as e:
+            self._error(e)
+            self._complete(FAIL, [("send", key, value, None)], [key])  # nothing was queued
+            return True
+        p.flush(self.cfg.op_timeout)
+        err = report.get("err")
+        outcome = send_outcome("err" in report, err)
+        if err is not None:
+            self._error(err)
+        elif "err" not in report:
+            self.errors.append(f"no delivery report within {self.cfg.op_timeout:g}s")
+        offset = report.get("offset") if outcome == OK else None
+        if offset is not None and offset < 0:
+            offset = None  # acks=0: the cluster returned no offset
+        self._complete(outcome, [("send", key, value, offset)], [key])
+        return True
+
+    def poll(self) -> dict[int, list[tuple[int, Any]]] | None:
+        self._invoke("poll", [("poll", None)])
+        try:
+            reads = self._poll()
+        except OpFailed as e:
+            self._error(e.__cause__ or e)
+            self._complete(INFO, [("poll", None)])
+            return None
+        self._complete(OK, [("poll", reads)], reads)
+        self._commit_async(reads)
+        return reads
+
+    def txn(self) -> bool:
+        deliberate = self.rng.random() < self.cfg.abort_share
+        plan: list[tuple] = []
+        used: set[int] = set()
+        for _ in range(self.rng.randint(1, self.cfg.txn_max_mops)):
+            key = self.keys.pick(self.rng, used) if self.rng.random() < 0.5 else None
+            if key is not None:
+                used.add(key)
+                plan.append(("send", key, self._value(), None))
+            else:
+                plan.append(("poll", None))
+        self.txn_seq += 1
+        meta = {"transactional_id": self.transactional_id, "txn_seq": self.txn_seq,
+                "deliberate_abort": deliberate}
+        self._invoke("txn", list(plan), **meta)
+        result = list(plan)
+        touched: dict[int, None] = dict.fromkeys(used)
+        first_read: dict[int, int] = {}
+        last_read: dict[int, int] = {}
+        reports: dict[int, tuple[KafkaError | None, int | None]] = {}
+        body_error: Any = None
+        began = False
+        try:
+            tp = self._txn_producer()
+            tp.begin_transaction()
+            began = True
+            for i, m in enumerate(plan):
+                if m[0] == "send":
+                    topic, partition = self.keys.topic_partition(m[1])
+                    tp.produce(topic, value=encode_value(m[2]), partition=partition,
+                               on_delivery=_reporter(reports, i))
+                else:
+                    reads = self._poll()
+                    result[i] = ("poll", reads)
+                    for k, rs in reads.items():
+                        touched[k] = None
+                        if rs:
+                            first_read.setdefault(k, rs[0][0])
+                            last_read[k] = rs[-1][0]
+            left = tp.flush(self.cfg.op_timeout)
+            n_sends = sum(1 for m in plan if m[0] == "send")
+            failed = [e for e, _ in reports.values() if e is not None]
+            if failed:
+                body_error = failed[0]
+            elif left or len(reports) < n_sends:
+                body_error = f"no delivery report within {self.cfg.op_timeout:g}s"
+            elif last_read:
+                self._txn_call(tp, "send_offsets_to_transaction",
+                               self._next_offsets(last_read),
+                               self.consumer.consumer_group_metadata(), self.cfg.op_timeout)
+        except OpFailed as e:
+            body_error = e.__cause__ or e
+            if began:  # only a poll raises this after begin: the consumer's state is unknown
+                self.broken = True
+        except (KafkaException, KafkaError, BufferError, RuntimeError, C.Hung) as e:
+            body_error = e
+        for i, (err, offset) in reports.items():
+            if err is None and offset is not None and offset >= 0:
+                _, k, v, _ = plan[i]
+                result[i] = ("send", k, v, offset)
+        if body_error is not None:
+            self._error(body_error)
+        if not began:
+            # Nothing of this transaction reached the cluster: no producer, or no begin.
+            self._drop_txn_producer()
+            self._complete(FAIL, result, touched, **meta)
+            return True
+        if body_error is None and not deliberate:
+            try:
+                self._txn_call(self.txn_producer, "commit_transaction", self.cfg.op_timeout)
+                committed = True
+            except (KafkaException, KafkaError, C.Hung) as e:
+                self._error(e)
+                committed = False  # never abort after this: the commit may still land
+            self._complete(txn_outcome(committed=committed, aborted=None), result, touched, **meta)
+            return True
+        aborted = self._abort(clean=body_error is None)
+        outcome = txn_outcome(committed=None, aborted=aborted)
+        rewound = outcome != FAIL or self._rewind(first_read)
+        self._complete(outcome, result, touched, **meta)
+        if not rewound:
+            self.broken = True
+        return True
+
+    def _abort(self, clean: bool) -> bool:
+        """Abort the open transaction; True once it is definitely aborted.
+
+        After a clean body (a deliberate abort, every delivery report in) ``abort_transaction``
+        does it. After an error a replacement producer's ``init_transactions`` does: it aborts
+        the open transaction and fences every straggling request of this producer's epoch.
+        """
+        if clean:
+            try:
+                self._txn_call(self.txn_producer, "abort_transaction", self.cfg.op_timeout)
+                return True
+            except (KafkaException, KafkaError, C.Hung) as e:
+                self._error(e)
+                return False
+        self._drop_txn_producer()
+        try:
+            self._txn_producer()
+            return True
+        except OpFailed as e:
+            self._error(e.__cause__ or e)
+            return False
+
+    def _drop_txn_producer(self) -> None:
+        old, self.txn_producer = self.txn_producer, None
+        C.close_quietly(old, self.cfg.close_timeout)
+
+    def _rewind(self, first_read: dict[int, int]) -> bool:
+        """Seek each key the aborted transaction polled back to its first polled offset."""
+        if not first_read or self.consumer is None:
+            return True
+        try:
+            assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+            for k, off in first_read.items():
+                topic, partition = self.keys.topic_partition(k)
+                if (topic, partition) in assigned:
+                    self.consumer.seek(TopicPartition(topic, partition, off))
+                    self.positions[k] = off
+                elif k in self.revoked_positions:  # revoked in the op: resume there if it
+                    self.revoked_positions[k] = off  # comes back in the same rebalance
+        except (KafkaException, RuntimeError) as e:
+            self._error(e)
+            return False
+        return True
+
+    def catch_up(self, timeout: float, stop: Callable[[], bool]) -> int:
+        """Assign every readable key and poll until each reaches the end known at the start.
+
+        Returns the number of poll ops it took.
+        """
+        keys = self.keys.readable_keys()
+        if not keys or not self.assign(keys):
+            return 0
+        deadline = time.monotonic() + timeout
+        ends: dict[int, int] = {}
+        for k in keys:
+            topic, partition = self.keys.topic_partition(k)
+            try:
+                lo, hi = self.consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=min(5.0, self.cfg.op_timeout),
+                    cached=False)
+                if hi > lo:  # else nothing to read
+                    ends[k] = hi
+            except (KafkaException, RuntimeError) as e:
+                self.wl.count_error(e)
+        # Where each key starts: its committed offset (a key with nothing left to read never
+        # gets a position of its own).
+        start: dict[tuple[str, int], int] = {}
+        try:
+            tps = [TopicPartition(*self.keys.topic_partition(k)) for k in ends]
+            for tp in self.consumer.committed(tps, timeout=min(5.0, self.cfg.op_timeout)):
+                start[(tp.topic, tp.partition)] = tp.offset
+        except (KafkaException, RuntimeError) as e:
+            self.wl.count_error(e)
+        polls = 0
+        while time.monotonic() < deadline and not stop() and self.consumer is not None:
+            reads = self.poll()
+            polls += 1
+            if reads is None or self.consumer is None:
+                break
+            if self._reached(ends, start):
+                break
+        return polls
+
+    def _reached(self, ends: dict[int, int], start: dict[tuple[str, int], int]) -> bool:
+        tps = [TopicPartition(*self.keys.topic_partition(k)) for k in ends]
+        try:
+            positions = self.consumer.position(tps)
+        except (KafkaException, RuntimeError):
+            return False
+        at = {(tp.topic, tp.partition): max(tp.offset, start.get((tp.topic, tp.partition), -1))
+              for tp in positions}
+        return all(at.get(self.keys.topic_partition(k), -1) >= end for k, end in ends.items())
+
+
+def _reporter(reports: dict, i: int) -> Callable[[KafkaError | None, Any], None]:
+    def report(err: KafkaError | None, msg: Any) -> None:
+        reports[i] = (err, msg.offset() if err is None else None)
+    return report
+
+
+def encode_value(value: int) -> bytes:
+    """A value as record bytes: its decimal digits (readable in any console consumer)."""
+    return str(value).encode("ascii")
+
+
+def decode_value(data: bytes | None) -> int | str:
+    """A record's value as the probe wrote it; anything else as text, so it still shows up."""
+    if data is None:
+        return ""
+    if data.isdigit() and len(data) <= 19:
+        v = int(data)
+        if v < V.VALUE_LIMIT:
+            return v
+    return data.decode("utf-8", "replace")
+
+
+__all__ = ["Process", "decode_value", "encode_value", "error_name"]

@@ -1,0 +1,192 @@
+"""The history as it happens: op indices and times, the local file, the op events.
+
+``Recorder`` is the one place ops are born: it stamps each with the next index and the current
+time under one lock, so the history is totally ordered (index and time both increase), writes
+it to the optional ``.jsonl`` file and hands it to the ``Emitter``. It also keeps each process's
+pending invocation, so a shutdown can complete what never finished as ``info`` and the history
+stays well-formed (every invoke has exactly one completion).
+
+``Emitter`` produces each op as an Avro op event (``kmon.history.avro``), keyed by process so
+one process's events stay in order in one partition, idempotently with acks=all. Its bounded
+buffer is librdkafka's own queue: when full, ``produce`` raises at once and the event is
+dropped and counted (``kmon_probe_events_dropped_total``, and a warning in the log), never
+blocking the workload. Events that fail delivery for good are counted the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from confluent_kafka import KafkaError, Producer
+
+from kmon.history import JsonlWriter, Op, OpMeta, Rebalance
+from kmon.history.avro import encode_op, kafka_headers
+from kmon.probes.metrics import ProbeMetrics
+
+log = logging.getLogger("kmon.probes")
+
+
+@dataclass
+class Pending:
+    f: str
+    invoke_time: int
+    value: Any
+    meta: OpMeta
+
+
+class Recorder:
+    def __init__(
+        self,
+        probe_id: str,
+        metrics: ProbeMetrics,
+        emitter: Emitter | None = None,
+        history: TextIO | None = None,
+    ) -> None:
+        self.probe_id = probe_id
+        self.metrics = metrics
+        self.emitter = emitter
+        self.history = history
+        self.writer = JsonlWriter(history) if history is not None else None
+        self.lock = threading.Lock()
+        self.next_index = 0
+        self.pending: dict[int, Pending] = {}
+        self.last_time = 0
+        self.outcomes: Counter[str] = Counter()  # "<f> <type>" of each completion
+
+    def meta(self, **fields: Any) -> OpMeta:
+        return OpMeta(probe=self.probe_id, **fields)
+
+    def invoke(self, process: int, f: str, value: Any, meta: OpMeta | None = None) -> Op:
+        meta = meta if meta is not None else self.meta()
+        with self.lock:
+            if process in self.pending:
+                raise RuntimeError(f"process {process} invoked {f} with an op still pending")
+            op = self._record(process, "invoke", f, value, (), meta)
+            self.pending[process] = Pending(f, op.time, value, meta)
+        return op
+
+    def complete(
+        self,
+        process: int,
+        type_: str,
+        value: Any,
+        meta: OpMeta | None = None,
+        rebalance_log: tuple[Rebalance, ...] = (),
+    ) -> Op | None:
+        """Record the completion of ``process``'s pending op; None if shutdown already
+        completed it as info (the late result is dropped: the history said info)."""
+        with self.lock:
+            pending = self.pending.pop(process, None)
+            if pending is None:
+                return None
+            meta = meta if meta is not None else self.meta()
+            meta.invoke_time = pending.invoke_time
+            op = self._record(process, type_, pending.f, value, rebalance_log, meta)
+        self.outcomes[f"{op.f} {type_}"] += 1
+        self.metrics.ops.labels(f=op.f, type=type_).inc()
+        self.metrics.op_duration.labels(f=op.f).observe((op.time - pending.invoke_time) / 1e9)
+        return op
+
+    def complete_abandoned(self, reason: str) -> int:
+        """Complete every pending op as info (shutdown while ops hang); returns how many."""
+        with self.lock:
+            stuck = list(self.pending)
+        return sum(self.complete_abandoned_process(p, reason) for p in stuck)
+
+    def complete_abandoned_process(self, process: int, reason: str) -> bool:
+        """Complete ``process``'s pending op, if any, as info with ``reason`` as its error."""
+        with self.lock:
+            pending = self.pending.get(process)
+        if pending is None:
+            return False
+        meta = self.meta(transactional_id=pending.meta.transactional_id,
+                         txn_seq=pending.meta.txn_seq,
+                         deliberate_abort=pending.meta.deliberate_abort, error=reason)
+        return self.complete(process, "info", pending.value, meta) is not None
+
+    def _record(
+        self, process: int, type_: str, f: str, value: Any,
+        rebalance_log: tuple[Rebalance, ...], meta: OpMeta,
+    ) -> Op:
+        # Called with the lock held: index and time increase together.
+        now = max(time.time_ns(), self.last_time + 1)
+        self.last_time = now
+        op = Op(self.next_index, now, process, type_, f, value, tuple(rebalance_log), meta)
+        self.next_index += 1
+        if self.writer is not None:
+            self.writer.write(op)
+        if self.emitter is not None:
+            self.emitter.emit(op)
+        return op
+
+    def flush(self) -> None:
+        with self.lock:
+            if self.history is not None:
+                self.history.flush()
+
+
+class Emitter:
+    """Op events to the events topic; see the module docstring."""
+
+    def __init__(self, producer_config: dict[str, Any], topic: str, metrics: ProbeMetrics,
+                 ) -> None:
+        self.topic = topic
+        self.metrics = metrics
+        self.producer = Producer(producer_config)
+        self.emitted = 0
+        self.dropped = 0
+        self.delivered = 0
+        self._last_warning = 0.0
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._serve, name="kmon-probe-events",
+                                        daemon=True)
+        self._poller.start()
+
+    def emit(self, op: Op) -> None:
+        data = encode_op(op)
+        try:
+            self.producer.produce(
+                self.topic, value=data, key=str(op.process).encode(),
+                headers=kafka_headers(), on_delivery=self._on_delivery,
+            )
+        except BufferError:
+            self._drop("the events buffer is full")
+            return
+        self.emitted += 1
+        self.metrics.events_emitted.inc()
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self._drop(f"delivery failed: {err.name()}: {err.str()}")
+
+    def _drop(self, why: str) -> None:
+        self.dropped += 1
+        self.metrics.events_dropped.inc()
+        now = time.monotonic()
+        if now - self._last_warning > 10:
+            self._last_warning = now
+            log.warning("op event dropped (%s); %d dropped so far", why, self.dropped)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self.producer.poll(0.2)
+
+    def close(self, timeout: float) -> int:
+        """Flush what is buffered (at most ``timeout`` s); returns events never delivered."""
+        self._stop.set()
+        self._poller.join(1.0)
+        left = self.producer.flush(timeout)
+        if left:
+            for _ in range(left):
+                self._drop("not delivered before shutdown")
+        if self.dropped:
+            log.warning("%d of %d op events were dropped", self.dropped,
+                        self.emitted + self.dropped - left)
+        return left

@@ -1,0 +1,274 @@
+"""The probe on the real local cluster: what it records is what the clients saw.
+
+A healthy run and a run through a broker SIGKILL/restart must both give histories the checker
+finds valid with zero anomalies, while exercising transactions, deliberate aborts,
+subscribe-mode rebalances, crash ops and key rotation; the events topic must decode to the same
+history as the local file; SIGTERM must stop `kmon probe` cleanly. Each run prints its summary
+(op rate, outcome shares) for the notes (`pytest -s` shows it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from kmon.checker import check
+from kmon.history import Op, iter_ops
+from kmon.history.avro import decode_event
+from kmon.local.cluster import LocalCluster
+from kmon.probes import config as probe_config
+from kmon.probes import values as V
+from kmon.probes.metrics import ProbeMetrics
+from kmon.probes.workload import Workload
+
+# Shares turned up from the defaults so one short run sees every kind of op many times.
+BUSY = {
+    "processes": "4",
+    "rate": "40",
+    "txn_share": "0.4",
+    "abort_share": "0.3",
+    "crash_share": "0.01",
+    "subscribe_share": "0.6",
+    "mode_switch_ops": "25",
+    "catchup_interval": "15",
+    "values_per_key": "80",  # rotate keys: new topics appear and drained ones are deleted
+    "drain_time": "5",
+    "metrics.port": "0",
+    "seed": "5",
+}
+
+
+def probe_run(
+    bootstrap: str, tmp_path: Path, seconds: float, during: Any = None, **extra: str,
+) -> tuple[list[Op], dict[str, Any], Workload]:
+    """Run a probe for ``seconds`` (calling ``during(elapsed)`` every second); return its
+    history file's ops, its summary and the stopped workload."""
+    tag = uuid.uuid4().hex[:6]
+    cfg = probe_config.load(env={}, overrides={
+        "kafka.bootstrap.servers": bootstrap, "name": f"it{tag}",
+        "events.topic": f"kmon-it-events-{tag}", **BUSY, **extra,
+    })
+    path = tmp_path / "history.jsonl"
+    with open(path, "w") as f:
+        wl = Workload(cfg, ProbeMetrics(), f)
+        wl.start()
+        start = time.monotonic()
+        try:
+            while (elapsed := time.monotonic() - start) < seconds:
+                if during is not None:
+                    during(elapsed)
+                time.sleep(1.0)
+        finally:
+            summary = wl.shutdown()
+    print(f"\nprobe summary: {json.dumps(summary)}")
+    return list(iter_ops(path)), summary, wl
+
+
+def assert_zero_anomalies(ops: list[Op]) -> None:
+    report = check(ops)
+    assert report.valid, report.summary()
+    assert report.errors == {}, report.summary()
+    assert sum(report.unseen_counts.values()) == 0, "the final read left acked values unseen"
+
+
+def contract_violations(ops: list[Op]) -> list[str]:
+    """What the checker relies on besides validity, op by op (empty when all holds)."""
+    bad: list[str] = []
+    retired: set[int] = set()
+    pending: dict[int, Op] = {}
+    assigned: dict[int, set[int]] = {}
+    for op in ops:
+        p = op.process
+        if p in retired:
+            bad.append(f"op {op.index}: process {p} reused after a crash/info")
+        if op.type == "invoke":
+            if p in pending:
+                bad.append(f"op {op.index}: process {p} invoked twice")
+            pending[p] = op
+            continue
+        inv = pending.pop(p, None)
+        if inv is None or inv.f != op.f:
+            bad.append(f"op {op.index}: completion without its invoke")
+            continue
+        m = op.meta
+        if m is None or m.invoke_time != inv.time or not m.probe:
+            bad.append(f"op {op.index}: meta lacks invoke_time/probe")
+            continue
+        if op.f == "crash" or op.type == "info":
+            retired.add(p)
+        sends = op.sends()
+        if op.f == "send" and len(op.value) != 1:
+            bad.append(f"op {op.index}: a send op with {len(op.value)} mops")
+        if op.f == "txn":
+            if len({k for k, _, _ in sends}) != len(sends):
+                bad.append(f"op {op.index}: two sends to one key in a transaction")
+            if m.transactional_id is None or m.txn_seq is None:
+                bad.append(f"op {op.index}: txn without transactional id/seq")
+        for _k, v, off in sends:
+            if V.decode(v).process != p:
+                bad.append(f"op {op.index}: value {v} does not name process {p}")
+            if op.type == "ok" and off is None:
+                bad.append(f"op {op.index}: ok send without offset")
+        touched = {k for k, _, _ in sends} | set(op.reads())
+        if op.f in ("assign", "subscribe"):
+            touched |= set(op.value)
+        if missing := touched - set(m.placements):
+            bad.append(f"op {op.index}: no placement for keys {sorted(missing)}")
+        if op.f == "assign" and op.type == "ok":
+            assigned[p] = set(op.value)
+        elif op.f == "subscribe":
+            assigned.pop(p, None)
+        elif (op.f == "poll" and op.type == "ok" and p in assigned and not op.rebalance_log
+              and set(op.reads()) != assigned[p]):
+            bad.append(f"op {op.index}: poll lists {sorted(op.reads())}, "
+                           f"assigned {sorted(assigned[p])}")
+    return bad[:20]
+
+
+def read_events(bootstrap: str, topic: str, probe: str) -> list[Op]:
+    """Every op event of ``probe`` on ``topic``, decoded, in index order."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"it-{uuid.uuid4().hex}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in parts}
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        pos = dict.fromkeys(parts, 0)
+        ops = []
+        deadline = time.monotonic() + 60
+        while any(pos[p] < ends[p] for p in parts) and time.monotonic() < deadline:
+            for m in c.consume(1000, 1.0):
+                if m.error() is None:
+                    pos[m.partition()] = m.offset() + 1
+                    op = decode_event(m.value(), m.headers())
+                    if op.meta is not None and op.meta.probe == probe:
+                        ops.append(op)
+        return sorted(ops, key=lambda o: o.index)
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def healthy(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory,
+            ) -> Iterator[tuple[list[Op], dict[str, Any], Workload]]:
+    yield probe_run(kafka_bootstrap, tmp_path_factory.mktemp("healthy"), 60)
+
+
+def test_healthy_run_has_zero_anomalies(healthy: tuple[list[Op], dict, Workload]) -> None:
+    ops, summary, _ = healthy
+    assert summary["abandoned_ops"] == 0 and summary["events_dropped"] == 0
+    assert_zero_anomalies(ops)
+
+
+def test_healthy_run_exercises_every_path(healthy: tuple[list[Op], dict, Workload]) -> None:
+    ops, _, wl = healthy
+    done = Counter((o.f, o.type) for o in ops if o.type != "invoke")
+    assert done[("txn", "ok")] >= 20 and done[("send", "ok")] >= 20
+    assert done[("poll", "ok")] >= 20 and done[("crash", "info")] >= 2
+    assert done[("subscribe", "ok")] >= 2 and done[("assign", "ok")] >= 2
+    aborted = [o for o in ops if o.f == "txn" and o.type == "fail" and o.meta.deliberate_abort]
+    assert len(aborted) >= 5
+    # Transactions that polled something, committed and aborted ones.
+    assert any(o.reads() and any(o.reads().values()) for o in aborted)
+    kinds = Counter(r.kind for o in ops for r in o.rebalance_log)
+    assert kinds["assigned"] >= 2 and kinds["revoked"] >= 1
+    # Keys rotated: more topics than the live ones were used.
+    topics = {pl.topic for o in ops if o.meta for pl in o.meta.placements.values()}
+    assert len(topics) > 2, topics
+    assert any(pl.leader is not None for o in ops if o.meta for pl in o.meta.placements.values())
+    assert wl.metrics.registry.get_sample_value(
+        "kmon_probe_ops_total", {"f": "txn", "type": "ok"}) == done[("txn", "ok")]
+
+
+def test_healthy_run_keeps_the_op_contract(healthy: tuple[list[Op], dict, Workload]) -> None:
+    ops, _, _ = healthy
+    assert contract_violations(ops) == []
+
+
+def test_events_topic_decodes_to_the_local_history(
+    healthy: tuple[list[Op], dict, Workload], kafka_bootstrap: str,
+) -> None:
+    ops, summary, wl = healthy
+    events = read_events(kafka_bootstrap, wl.cfg.events_topic, summary["probe"])
+    assert len(events) == len(ops) == summary["events_emitted"]
+    assert events == ops
+
+
+def test_kmon_check_cli_agrees(healthy: tuple[list[Op], dict, Workload],
+                               tmp_path: Path) -> None:
+    from kmon.history import dump_jsonl
+
+    path = tmp_path / "h.jsonl"
+    with open(path, "w") as f:
+        dump_jsonl(healthy[0], f)
+    out = subprocess.run([sys.executable, "-m", "kmon.cli", "check", str(path), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    report = json.loads(out.stdout)
+    assert out.returncode == 0 and report["valid"] is True and report["errors"] == {}
+
+
+def test_broker_sigkill_and_restart_has_zero_anomalies(
+    healthy_cluster: LocalCluster, tmp_path: Path,
+) -> None:
+    cluster = healthy_cluster
+    victim = 2
+    events: list[str] = []
+
+    def nemesis(elapsed: float) -> None:
+        if elapsed >= 12 and not events:
+            cluster.kill(victim)
+            events.append("killed")
+        elif elapsed >= 27 and events == ["killed"]:
+            cluster.start(victim, wait=False)
+            events.append("started")
+
+    ops, summary, _ = probe_run(cluster.bootstrap, tmp_path, 50, nemesis)
+    assert events == ["killed", "started"]
+    assert summary["abandoned_ops"] == 0
+    assert_zero_anomalies(ops)
+    assert contract_violations(ops) == []
+    # Ops kept completing while the broker was down.
+    kill_ops = [o for o in ops if o.type == "ok" and o.f in ("send", "txn")]
+    assert len(kill_ops) > 100
+
+
+def test_sigterm_stops_kmon_probe_cleanly(kafka_bootstrap: str, tmp_path: Path) -> None:
+    history = tmp_path / "h.jsonl"
+    tag = uuid.uuid4().hex[:6]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kmon.cli", "probe", "-b", kafka_bootstrap, "--name", f"it{tag}",
+         "--events-topic", f"kmon-it-events-{tag}", "--history", str(history),
+         "--metrics-port", "0", "--rate", "30", "--set", "final_read_timeout=5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+                not history.exists() or history.stat().st_size < 20000):
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["ops"] > 0 and summary["events_dropped"] == 0
+    ops = list(iter_ops(history))
+    assert sum(o.type == "invoke" for o in ops) == sum(o.type != "invoke" for o in ops)
+    assert check(ops).valid

@@ -1,0 +1,82 @@
+"""Outcome classification: ok only when confirmed, fail only when definite, else info."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from kmon.probes.outcome import (
+    FAIL,
+    INFO,
+    OK,
+    error_name,
+    error_text,
+    never_written,
+    send_outcome,
+    txn_outcome,
+)
+
+
+def test_a_delivered_send_without_error_is_ok() -> None:
+    assert send_outcome(True, None) == OK
+
+
+def test_a_send_without_delivery_report_is_info() -> None:
+    # Still queued or in flight when the op timed out: it may be written later.
+    assert send_outcome(False, None) == INFO
+
+
+@pytest.mark.parametrize("code", [
+    KafkaError._MSG_TIMED_OUT,  # librdkafka gave up: the broker may have written it
+    KafkaError._PURGE_INFLIGHT,  # purged while a request was out
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,  # written on the leader, not enough ISR
+    KafkaError._TRANSPORT,
+    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+])
+def test_delivery_errors_that_may_have_written_are_info(code: int) -> None:
+    err = KafkaError(code)
+    assert not never_written(err)
+    assert send_outcome(True, err) == INFO
+
+
+@pytest.mark.parametrize("code", [
+    KafkaError._PURGE_QUEUE,  # never left the client's queue
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+])
+def test_delivery_errors_proving_nothing_was_written_are_fail(code: int) -> None:
+    assert send_outcome(True, KafkaError(code)) == FAIL
+
+
+def test_a_retriable_rejection_is_not_definite() -> None:
+    # A retried batch may have been written by an earlier attempt.
+    err = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "x", retriable=True)
+    assert send_outcome(True, err) == INFO
+
+
+def test_transactions() -> None:
+    assert txn_outcome(committed=True, aborted=None) == OK
+    # A commit that errored may still land: info, and never an abort afterwards.
+    assert txn_outcome(committed=False, aborted=None) == INFO
+    assert txn_outcome(committed=None, aborted=True) == FAIL
+    assert txn_outcome(committed=None, aborted=False) == INFO
+    assert txn_outcome(committed=None, aborted=None) == INFO
+
+
+def test_error_names_for_the_code_label() -> None:
+    assert error_name(KafkaError(KafkaError._MSG_TIMED_OUT)) == "_MSG_TIMED_OUT"
+    assert error_name(KafkaException(KafkaError(KafkaError._FENCED))) == "_FENCED"
+    assert error_name(BufferError("full")) == "python:BufferError"
+    assert error_name(None) == ""
+    assert error_name("no delivery report within 10s") == "probe:timeout"
+
+
+def test_error_text_names_the_error() -> None:
+    assert error_text(KafkaError(KafkaError._MSG_TIMED_OUT)).startswith("_MSG_TIMED_OUT: ")
+    assert error_text(ValueError("bad")) == "ValueError: bad"
+    assert error_text(None) is None
+    assert error_text("no delivery report within 10s") == "no delivery report within 10s"

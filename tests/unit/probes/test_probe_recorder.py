@@ -1,0 +1,153 @@
+"""The recorder: one totally ordered, well-formed history, to the file and the events producer;
+the probe's metrics as exported (names and labels exactly as docs/metrics.md says)."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kmon.checker import check
+from kmon.history import KeyPlacement, Rebalance, iter_jsonl
+from kmon.history.avro import decode_op
+from kmon.probes.metrics import ProbeMetrics
+from kmon.probes.recorder import Emitter, Recorder
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
+
+
+@pytest.fixture
+def metrics() -> ProbeMetrics:
+    return ProbeMetrics(CollectorRegistry())
+
+
+def sample(m: ProbeMetrics, name: str, **labels: str) -> float:
+    return m.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_ops_get_increasing_indices_and_times(metrics: ProbeMetrics) -> None:
+    rec = Recorder("p.1", metrics)
+    a = rec.invoke(0, "send", [("send", 1, 10, None)])
+    b = rec.invoke(1, "poll", [("poll", None)])
+    c = rec.complete(0, "ok", [("send", 1, 10, 0)],
+                     rec.meta(placements={1: KeyPlacement("t.0", 1, 2, 3)}))
+    d = rec.complete(1, "ok", [("poll", {1: [(0, 10)]})],
+                     rebalance_log=(Rebalance("assigned", (1,)),))
+    assert [op.index for op in (a, b, c, d)] == [0, 1, 2, 3]
+    assert a.time < b.time < c.time < d.time
+    assert c.meta.invoke_time == a.time and d.meta.invoke_time == b.time
+    assert c.meta.probe == "p.1"
+    assert sample(metrics, "kmon_probe_ops_total", f="send", type="ok") == 1
+    assert sample(metrics, "kmon_probe_op_duration_seconds_count", f="poll") == 1
+
+
+def test_one_op_at_a_time_per_process(metrics: ProbeMetrics) -> None:
+    rec = Recorder("p.1", metrics)
+    rec.invoke(0, "poll", [("poll", None)])
+    with pytest.raises(RuntimeError, match="pending"):
+        rec.invoke(0, "poll", [("poll", None)])
+
+
+def test_shutdown_completes_pending_ops_as_info(metrics: ProbeMetrics) -> None:
+    out = io.StringIO()
+    rec = Recorder("p.1", metrics, history=out)
+    rec.invoke(0, "txn", [("send", 1, 10, None)],
+               rec.meta(transactional_id="t-0", txn_seq=4))
+    rec.invoke(1, "poll", [("poll", None)])
+    rec.complete(1, "ok", [("poll", {})])
+    assert rec.complete_abandoned("probe shut down") == 1
+    # The op's own late completion is dropped: the history already said info.
+    assert rec.complete(0, "ok", [("send", 1, 10, 5)]) is None
+    ops = list(iter_jsonl(out.getvalue().splitlines()))
+    last = ops[-1]
+    assert (last.process, last.type, last.f) == (0, "info", "txn")
+    assert last.meta.error == "probe shut down" and last.meta.txn_seq == 4
+    assert check(ops).valid
+
+
+def test_history_file_reads_back_equal(metrics: ProbeMetrics) -> None:
+    out = io.StringIO()
+    rec = Recorder("p.1", metrics, history=out)
+    written = [
+        rec.invoke(3, "assign", [7, 8]),
+        rec.complete(3, "ok", [7, 8], rec.meta(placements={7: KeyPlacement("t.0", 0)})),
+        rec.invoke(3, "poll", [("poll", None)]),
+        rec.complete(3, "ok", [("poll", {7: [(0, 5)], 8: []})]),
+    ]
+    assert list(iter_jsonl(out.getvalue().splitlines())) == written
+
+
+class FakeProducer:
+    """Stands in for librdkafka: a queue of ``room`` events, then BufferError."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.sent: list[tuple[bytes, bytes, list]] = []
+        self.callbacks: list = []
+
+    def produce(self, topic: str, value: bytes, key: bytes, headers: list, on_delivery) -> None:
+        if len(self.sent) >= self.room:
+            raise BufferError("Local: Queue full")
+        self.sent.append((key, value, headers))
+        self.callbacks.append(on_delivery)
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+def test_emitter_keys_by_process_and_counts_drops(metrics: ProbeMetrics,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeProducer(room=3)
+    monkeypatch.setattr("kmon.probes.recorder.Producer", lambda conf: fake)
+    em = Emitter({}, "events", metrics)
+    rec = Recorder("p.1", metrics, emitter=em)
+    ops = [rec.invoke(5, "poll", [("poll", None)]), rec.complete(5, "ok", [("poll", {})]),
+           rec.invoke(6, "crash", None), rec.complete(6, "info", None)]
+    assert [k for k, _, _ in fake.sent] == [b"5", b"5", b"6"]
+    assert decode_op(fake.sent[1][1]) == ops[1]
+    assert fake.sent[0][2] == [("kmon-schema", b"op-event/1")]
+    assert (em.emitted, em.dropped) == (3, 1)  # the 4th found the buffer full
+    from confluent_kafka import KafkaError
+    fake.callbacks[0](KafkaError(KafkaError._MSG_TIMED_OUT), None)
+    assert em.dropped == 2
+    assert sample(metrics, "kmon_probe_events_emitted_total") == 3
+    assert sample(metrics, "kmon_probe_events_dropped_total") == 2
+    em.close(1.0)
+
+
+def _documented_probe_metrics() -> dict[str, tuple[str, set[str]]]:
+    text = DOCS.read_text()
+    section = text.split("## Probe", 1)[1]
+    out = {}
+    for m in re.finditer(r"^\| `(kmon_probe_\w+)` \| (\w+) \| ([^|]*)\|", section, re.M):
+        labels = {x.strip(" `") for x in m.group(3).split(",") if x.strip(" `")}
+        out[m.group(1)] = (m.group(2), labels)
+    return out
+
+
+def test_exported_metrics_are_exactly_the_documented_ones(metrics: ProbeMetrics) -> None:
+    m = metrics
+    m.ops.labels(f="send", type="ok").inc()
+    m.op_duration.labels(f="send").observe(0.01)
+    m.events_emitted.inc()
+    m.events_dropped.inc()
+    m.rebalances.labels(kind="assigned").inc()
+    m.client_errors.labels(code="_MSG_TIMED_OUT").inc()
+    m.keys_live.set(8)
+    m.up.set(1)
+    exported = {}
+    for fam in m.registry.collect():
+        name = fam.name + ("_total" if fam.type == "counter" else "")
+        labels = set()
+        for s in fam.samples:
+            labels |= set(s.labels) - {"le"}
+        exported[name] = (fam.type, labels)
+    documented = _documented_probe_metrics()
+    assert documented, "no probe metrics found in docs/metrics.md"
+    assert exported == documented
