@@ -12,9 +12,12 @@ INSTALLED := $(VENV)/.installed
 # `kmon dashboards install-tools`: the operations tests' tools. helm and kubeconform (go install
 # of pinned versions into $KMON_CACHE/bin, a few minutes once), offline Kubernetes and CRD
 # schemas for kubeconform, chromium (apt) for the investigate page; under a second when warm.
+# `kmon nemesis install-tools`: toxiproxy-server (go install of a pinned version into
+# $KMON_CACHE/bin, about 35 s once) for the network faults.
 setup: $(INSTALLED)
 	$(BIN)/kmon setup
 	$(BIN)/kmon dashboards install-tools
+	$(BIN)/kmon nemesis install-tools
 
 $(INSTALLED): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

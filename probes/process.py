@@ -87,6 +87,9 @@ class Process:
         self.subscribed: list[str] = []
         self.keys_version = -1
         self.rebalances: list[Rebalance] = []
+        # Keys the consumer had at its last poll (None: unknown, e.g. after an assign op): an
+        # assignment that changed without a callback we saw is still logged as a rebalance.
+        self.seen_assignment: set[int] | None = None
         self.epochs: dict[int, int] = {}
         self.leaders: dict[tuple[str, int], int] = {}
         self.leaders_at = 0.0
@@ -158,6 +161,7 @@ class Process:
                 C.close_quietly(client, t)
         self.mode = None
         self.assigned, self.subscribed = [], []
+        self.seen_assignment = None
         self.epochs.clear()
         self.positions.clear()
         self.revoked_positions.clear()
@@ -306,14 +310,33 @@ class Process:
             epoch = m.leader_epoch()
             if epoch is not None and epoch >= 0:
                 self.epochs[k] = epoch
+        assigned: set[int] = set()
         try:
             for tp in c.assignment():
                 k = self.keys.key(tp.topic, tp.partition)
                 if k is not None:
                     reads.setdefault(k, [])
+                    assigned.add(k)
         except (KafkaException, RuntimeError) as e:
             raise OpFailed(e) from e
+        self._note_assignment(assigned)
         return reads
+
+    def _note_assignment(self, assigned: set[int]) -> None:
+        """Log assignment changes no rebalance callback reported in this op.
+
+        A group rejoin after a coordinator failover can move partitions away and back without a
+        callback reaching this op; the consumer then restarts from the committed offset. Logged
+        as a rebalance, the checker knows the position may have moved.
+        """
+        before, self.seen_assignment = self.seen_assignment, assigned
+        if before is None:
+            return
+        logged = {k for r in self.rebalances for k in r.keys}
+        for kind, keys in (("revoked", before - assigned), ("assigned", assigned - before)):
+            unlogged = tuple(sorted(keys - logged))
+            if unlogged:
+                self.rebalances.append(Rebalance(kind, unlogged))
 
     def _commit_async(self, reads: dict[int, list[tuple[int, Any]]]) -> None:
         offsets = self._next_offsets({k: rs[-1][0] for k, rs in reads.items() if rs})
@@ -347,6 +370,7 @@ class Process:
                 self.consumer = self._new_consumer(ASSIGN)
             self.consumer.assign([TopicPartition(*self.keys.topic_partition(k)) for k in keys])
             self.positions.clear()  # every assigned key restarts from its committed offset
+            self.seen_assignment = None  # this op changed it: nothing to compare with
         except (KafkaException, RuntimeError) as e:
             self._error(e)
             self._complete(INFO, list(keys), keys)
@@ -368,6 +392,7 @@ class Process:
                 self.consumer = self._new_consumer(SUBSCRIBE)
             self.consumer.subscribe(topics, on_assign=self._on_assign,
                                     on_revoke=self._on_revoke, on_lost=self._on_lost)
+            self.seen_assignment = None
         except (KafkaException, RuntimeError) as e:
             self._error(e)
             self._complete(INFO, keys, keys)

@@ -1,15 +1,336 @@
-"""`kmon nemesis`: Inject real faults into the local cluster."""
+"""`kmon nemesis`: Inject real faults into the local cluster, each bounded in time and undone."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from kmon.cli import UsageError
+from kmon.cli._local import add_stack_args
+from kmon.env import SettingError
+
+if TYPE_CHECKING:
+    from kmon.local.cluster import LocalCluster
+    from kmon.local.toxiproxy import LocalToxiproxy
+    from kmon.nemesis.base import Fault, FaultRecord
+
+SUMMARY = __doc__.split(": ", 1)[1]
+HELP = (
+    SUMMARY + " A fault is started, held for --duration seconds and undone (also on Ctrl-C or "
+    "SIGTERM); then kmon waits until the cluster is healthy again (all brokers up, every ISR "
+    "full, the proxies clean). Network faults reach only clients that bootstrap through the "
+    "Toxiproxy proxies (`kmon nemesis proxy status` prints their bootstrap). See "
+    "docs/nemesis.md."
+)
+FAULT_VERBS = ("pause", "crash", "net", "delete-records", "unclean")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("nemesis", help=__doc__.split(": ", 1)[1],
-                       description=__doc__.split(": ", 1)[1])
+    p = sub.add_parser("nemesis", help=SUMMARY, description=HELP)
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def fault_parser(name: str, text: str) -> argparse.ArgumentParser:
+        v = verbs.add_parser(name, help=text, description=text)
+        add_stack_args(v)
+        v.add_argument("--duration", type=float, default=10.0, metavar="S",
+                       help="seconds the fault stays in effect (default 10)")
+        v.add_argument("--no-wait-healthy", dest="wait_healthy", action="store_false",
+                       help="do not wait for the cluster to be healthy after the undo")
+        v.add_argument("--heal-timeout", type=float, default=180.0, metavar="S",
+                       help="seconds to wait for health after the undo (default 180)")
+        v.add_argument("--json", action="store_true", help="print the fault record as JSON")
+        return v
+
+    def broker_target(v: argparse.ArgumentParser, many: bool = False) -> None:
+        v.add_argument("--node", type=int, action="append" if many else "store", metavar="N",
+                       help="broker id 1..3" + (" (repeatable; default: every broker)"
+                                                if many else ""))
+        v.add_argument("--topic", metavar="T", help="hit the leader of this topic's partition")
+        v.add_argument("--partition", type=int, default=0, metavar="P",
+                       help="partition of --topic (default 0)")
+
+    v = fault_parser("pause", "SIGSTOP a broker (a node, or the leader of a topic-partition); "
+                              "SIGCONT at the end.")
+    broker_target(v)
+    v = fault_parser("crash", "SIGKILL a broker; start it again on its data at the end.")
+    broker_target(v)
+    v.add_argument("--no-restart", dest="restart", action="store_false",
+                   help="leave it down at the end")
+
+    v = fault_parser("net", "A network fault on the Toxiproxy proxies in front of brokers.")
+    from kmon.nemesis.network import KINDS, STREAM_CHOICES
+
+    v.add_argument("kind", choices=list(KINDS), help="what goes wrong")
+    broker_target(v, many=True)
+    v.add_argument("--stream", choices=STREAM_CHOICES, default="downstream",
+                   help="downstream (broker to client, default), upstream, or both")
+    v.add_argument("--toxicity", type=float, default=1.0,
+                   help="share of connections affected, 0..1 (default 1)")
+    for name, (_, default) in sorted({k: d for _, a in KINDS.values() for k, d in a.items()}
+                                     .items()):
+        v.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, metavar="N",
+                       help=f"{name} (default {default}; for the kinds that take it)")
+
+    v = fault_parser("delete-records",
+                     "DeleteRecords up to the high watermark: acknowledged data removed before "
+                     "consumers read it.")
+    v.add_argument("--topic", metavar="T")
+    v.add_argument("--topic-prefix", metavar="PREFIX",
+                   help="every topic starting with PREFIX (the probe's: kmon-probe-<name>)")
+    v.add_argument("--partition", type=int, action="append", metavar="P",
+                   help="partition of --topic (repeatable; default: the --count most unread)")
+    v.add_argument("--count", type=int, default=1, help="partitions to hit (default 1)")
+    v.add_argument("--interval", type=float, metavar="S",
+                   help="delete again every S seconds while the fault lasts (default: once)")
+    v.add_argument("--keep", type=int, default=0, metavar="N",
+                   help="leave the last N records of each partition (default 0)")
+
+    v = fault_parser("unclean",
+                     "Unclean leader election on a 2-replica partition: acknowledged records "
+                     "vanish and their offsets are reused.")
+    v.add_argument("--topic", metavar="T")
+    v.add_argument("--topic-prefix", metavar="PREFIX",
+                   help="pick the busiest 2-replica partition of these topics")
+    v.add_argument("--partition", type=int, metavar="P")
+    v.add_argument("--lag", type=float, default=3.0, metavar="S",
+                   help="seconds the leader takes writes alone after the follower left the "
+                        "ISR (default 3)")
+    v.add_argument("--min-insync-replicas", default="1", choices=["1", "2", "keep"],
+                   help="the topic's min.insync.replicas during the fault (default 1: a real "
+                        "unclean election; 2: Kafka 4's eligible leader replicas elect cleanly)")
+
+    v = verbs.add_parser("preset", help="print a probe preset (unsafe client settings)",
+                         description="Print the `kmon probe` settings of a preset, as --set "
+                         "arguments or a YAML settings file. Presets behind the proxies name "
+                         "the proxied bootstrap of the local stack.")
+    add_stack_args(v)
+    v.add_argument("name", help="preset name (`kmon nemesis list`)")
+    v.add_argument("--format", choices=["args", "yaml"], default="args")
+
+    verbs.add_parser("list", help="the faults, presets and matrix scenarios")
+
+    v = verbs.add_parser("proxy", help="the local Toxiproxy: up, down, status, reset")
+    add_stack_args(v)
+    v.add_argument("action", choices=["up", "down", "status", "reset"])
+
+    v = verbs.add_parser("status", help="is the cluster healthy? (exit 1 if not)")
+    add_stack_args(v)
+    v = verbs.add_parser("heal", help="undo whatever faults left behind")
+    add_stack_args(v)
+    v = verbs.add_parser("install-tools",
+                         help="go install the pinned toxiproxy-server into $KMON_CACHE/bin")
+    v.add_argument("--cache", metavar="DIR", help="cache directory (env KMON_CACHE)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("kmon nemesis: not implemented yet")
+    from kmon.local.cluster import ClusterError
+    from kmon.local.toxiproxy import ToxiproxyError
+    from kmon.nemesis.base import FaultError
+
+    try:
+        if args.verb in FAULT_VERBS:
+            return _fault(args)
+        return _VERBS[args.verb](args)
+    except SettingError as exc:
+        raise UsageError(str(exc)) from exc
+    except (FaultError, ClusterError, ToxiproxyError) as exc:
+        raise SystemExit(f"kmon nemesis: {exc}") from exc
+
+
+def _stack(args: argparse.Namespace) -> tuple[LocalCluster, LocalToxiproxy]:
+    from kmon.local.cluster import LocalCluster
+    from kmon.local.toxiproxy import LocalToxiproxy
+
+    return (LocalCluster(home=args.home, port_base=args.port_base),
+            LocalToxiproxy(home=args.home, port_base=args.port_base))
+
+
+def build_fault(args: argparse.Namespace, cluster: LocalCluster,
+                proxy: LocalToxiproxy) -> Fault:
+    """The fault the arguments describe; SettingError naming a bad one."""
+    from kmon.nemesis import (
+        Crash,
+        DeleteRecords,
+        NetworkFault,
+        Pause,
+        Target,
+        UncleanElection,
+    )
+    from kmon.nemesis.network import KINDS
+
+    def one_target() -> Target:
+        if args.node is not None and args.topic is not None:
+            raise SettingError("give --node or --topic, not both")
+        if args.node is None and args.topic is None:
+            raise SettingError("give --node N or --topic T (whose leader is hit)")
+        return Target.of(node=args.node, topic=args.topic, partition=args.partition)
+
+    if args.verb == "pause":
+        return Pause(cluster, one_target())
+    if args.verb == "crash":
+        return Crash(cluster, one_target(), restart=args.restart)
+    if args.verb == "net":
+        if args.node and args.topic is not None:
+            raise SettingError("give --node or --topic, not both")
+        targets = (
+            [Target(node=n) for n in args.node] if args.node
+            else [Target(topic=args.topic, partition=args.partition)] if args.topic
+            else None
+        )
+        names = {k for _, a in KINDS.values() for k in a}
+        settings = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+        return NetworkFault(proxy, args.kind, targets, stream=args.stream,
+                            toxicity=args.toxicity, cluster=cluster, **settings)
+    if args.verb == "delete-records":
+        return DeleteRecords(cluster, topic=args.topic, topic_prefix=args.topic_prefix,
+                             partitions=args.partition, count=args.count,
+                             interval=args.interval, keep=args.keep)
+    if args.verb == "unclean":
+        mir = None if args.min_insync_replicas == "keep" else int(args.min_insync_replicas)
+        return UncleanElection(cluster, topic=args.topic, partition=args.partition,
+                               topic_prefix=args.topic_prefix, lag=args.lag,
+                               min_insync_replicas=mir)
+    raise SettingError(f"unknown fault {args.verb}")
+
+
+def _fault(args: argparse.Namespace) -> int:
+    from kmon.nemesis import Nemesis
+    from kmon.nemesis.base import check_duration, interruptible
+
+    check_duration("--duration", args.duration)
+    cluster, proxy = _stack(args)
+    fault = build_fault(args, cluster, proxy)
+    nemesis = Nemesis(cluster, proxy if proxy.is_up() else None, heal_timeout=args.heal_timeout)
+    marks = _Marks(fault.record, quiet=args.json)
+    interrupted = False
+    with interruptible():
+        try:
+            try:
+                record = nemesis.start(fault)
+            finally:
+                marks.flush()
+            _say(f"{fault.name} in effect: {json.dumps(record.info)}", args.json)
+            _say(f"holding {args.duration:g}s (Ctrl-C undoes it now)", args.json)
+            try:
+                time.sleep(args.duration)
+            except KeyboardInterrupt:
+                interrupted = True
+                _say("interrupted: undoing", args.json)
+            try:
+                nemesis.stop(fault, wait_healthy=args.wait_healthy)
+            finally:
+                marks.flush()
+        except KeyboardInterrupt:
+            interrupted = True  # during the start: Nemesis.start has undone it
+    if args.json:
+        print(json.dumps(fault.record.as_json(), indent=1))
+    else:
+        healthy = " (cluster healthy)" if fault.record.healthy_at else ""
+        _say(f"{fault.name} undone{healthy}: {json.dumps(fault.record.info)}", False)
+    return 130 if interrupted else 0
+
+
+class _Marks:
+    """Prints the fault's timed marks (relative to its invocation) not yet printed."""
+
+    def __init__(self, record: FaultRecord, quiet: bool) -> None:
+        self.record, self.quiet, self.shown = record, quiet, 0
+
+    def flush(self) -> None:
+        start = self.record.invoked_at or time.time()
+        for mark in self.record.marks[self.shown:]:
+            _say(f"[{mark.at - start:7.2f}s] {mark.what}", self.quiet)
+        self.shown = len(self.record.marks)
+
+
+def _say(line: str, quiet: bool) -> None:
+    if not quiet:
+        with contextlib.suppress(OSError):
+            print(line, flush=True)
+
+
+def _preset(args: argparse.Namespace) -> int:
+    from kmon.nemesis import presets
+
+    preset = presets.get(args.name)
+    cluster = _stack(args)[0] if preset.proxied else None
+    print(presets.render(preset, cluster, args.format))
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from kmon.nemesis import presets, scenarios
+    from kmon.nemesis.network import KINDS
+
+    print("faults:")
+    for verb in FAULT_VERBS:
+        extra = f" ({', '.join(KINDS)})" if verb == "net" else ""
+        print(f"  {verb}{extra}")
+    print("presets (kmon nemesis preset NAME):")
+    for p in presets.PRESETS.values():
+        print(f"  {p.name:<18} {p.summary}")
+    print("matrix scenarios (phase 2):")
+    for s in scenarios.SCENARIOS:
+        expect = ", ".join(s.must) or (" or ".join(s.any_of) if s.any_of else "nothing")
+        print(f"  {s.name:<22} {s.origin:<9} preset {s.preset:<17} must report: {expect}")
+    return 0
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    cluster, proxy = _stack(args)
+    if args.action == "up":
+        proxy.up()
+    elif args.action == "down":
+        proxy.down()
+    elif args.action == "reset":
+        proxy.reset()
+    print(f"toxiproxy: {proxy.status()}; proxied bootstrap: {cluster.proxied_bootstrap}")
+    if args.action in ("status", "up", "reset") and proxy.is_up():
+        for name, p in sorted(proxy.proxies().items()):
+            toxics = ", ".join(f"{t.name}({t.type} {t.attributes})" for t in p.toxics) or "clean"
+            state = "enabled" if p.enabled else "DISABLED"
+            print(f"  {name}: {p.listen} -> {p.upstream} {state}; {toxics}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from kmon.nemesis import health
+
+    cluster, proxy = _stack(args)
+    found = health.problems(cluster, proxy if proxy.is_up() else None)
+    for line in found:
+        print(line)
+    print("healthy" if not found else f"{len(found)} problem(s)")
+    return 0 if not found else 1
+
+
+def _heal(args: argparse.Namespace) -> int:
+    from kmon.nemesis import health
+
+    cluster, proxy = _stack(args)
+    for line in health.heal(cluster, proxy):
+        print(line)
+    took = health.wait_healthy(cluster, proxy if proxy.is_up() else None)
+    print(f"healthy (after {took:.1f}s)")
+    return 0
+
+
+def _install_tools(args: argparse.Namespace) -> int:
+    from kmon.env import kmon_cache
+    from kmon.local import toxiproxy
+
+    started = time.monotonic()
+    toxiproxy.install(kmon_cache(args.cache))
+    print(f"nemesis tools ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+_VERBS: dict[str, Any] = {
+    "preset": _preset, "list": _list, "proxy": _proxy, "status": _status, "heal": _heal,
+    "install-tools": _install_tools,
+}

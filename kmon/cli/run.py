@@ -1,7 +1,8 @@
 """`kmon run`: run the local stack in the foreground until Ctrl-C, then stop it cleanly.
 
 The stack: the local Kafka cluster, the probe writing op events, the monitor checking them, and
-Prometheus scraping both with kmon's alert rules loaded (see ``kmon.local.stack``).
+Prometheus scraping both with kmon's alert rules loaded (see ``kmon.local.stack``); Toxiproxy in
+front of the brokers when installed, for ``kmon nemesis net``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from kmon.local.cluster import LocalCluster
     from kmon.local.stack import LocalStack, StackOptions
+    from kmon.local.toxiproxy import LocalToxiproxy, find_binary
 
     # SIGTERM (a supervisor, `kill`) and SIGHUP (the terminal went away) stop the stack the
     # same way Ctrl-C does; SIGINT explicitly, since a shell starts background jobs with it
@@ -60,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
             home=args.home, port_base=args.port_base, overrides=overrides_from_args(args)
         )
         owned = not cluster.is_up()
+        proxy = LocalToxiproxy(home=args.home, port_base=args.port_base)
+        proxy_owned = not proxy.is_up() and find_binary(proxy.cache) is not None
         options = StackOptions(
             probe=not args.no_probe, monitor=not args.no_monitor,
             prometheus=not args.no_prometheus,
@@ -75,6 +79,13 @@ def run(args: argparse.Namespace) -> int:
             _say(f"kafka: logs in {cluster.root}/broker-N/server.log")
             if not owned:
                 _say("kafka: the cluster was already running; it stays up after this run")
+            # Toxiproxy in front of the brokers, for `kmon nemesis net ...` (clients that
+            # bootstrap through it; everyone else is unaffected).
+            if find_binary(proxy.cache) is None:
+                _say("toxiproxy: not installed (make setup); network faults unavailable")
+            else:
+                proxy.up()
+                _say(f"toxiproxy: proxied bootstrap {cluster.proxied_bootstrap}")
             stack.start(_say)
             _say("running; Ctrl-C stops")
             _watch(cluster, stack)
@@ -84,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)  # nothing may cut the shutdown short
             stack.stop(_say)
+            if proxy_owned:
+                proxy.down()
             if owned:
                 _say("\nstopping the cluster ...")
                 cluster.down()

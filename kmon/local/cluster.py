@@ -101,8 +101,12 @@ class LocalCluster:
         overrides: Mapping[str, str] | None = None,
         cache: str | os.PathLike[str] | None = None,
         jvm_opts: Iterable[str] | None = None,
+        proxied_listener: bool = True,
     ) -> None:
         self.home = env.kmon_home(home)
+        # Each broker also listens for Toxiproxy (kmon.local.toxiproxy; ports in
+        # kmon.local.ports); idle unless a client bootstraps through the proxies.
+        self.proxied_listener = proxied_listener
         self.ports = Ports(env.port_base(port_base))
         self.overrides = dict(overrides or {})
         self.cache = env.kmon_cache(cache)
@@ -136,6 +140,11 @@ class LocalCluster:
     def bootstrap(self) -> str:
         """``bootstrap.servers`` for clients: all three brokers."""
         return self.ports.bootstrap
+
+    @property
+    def proxied_bootstrap(self) -> str:
+        """``bootstrap.servers`` through the Toxiproxy proxies (``kmon.local.toxiproxy``)."""
+        return self.ports.proxied_bootstrap
 
     def broker_address(self, node_id: int) -> str:
         return f"127.0.0.1:{self.ports.broker(_check_id(node_id))}"
@@ -183,9 +192,10 @@ class LocalCluster:
         find_java()
         running = [n for n in BROKER_IDS if self.pid(n) is not None]
         for n in BROKER_IDS:
-            wanted = render_properties(
-                broker_properties(n, self.ports, self.data_dir(n), self.overrides)
-            )
+            wanted = render_properties(broker_properties(
+                n, self.ports, self.data_dir(n), self.overrides,
+                proxied_listener=self.proxied_listener,
+            ))
             path = self.config_path(n)
             if n in running:
                 if not path.is_file() or path.read_text() != wanted:
@@ -465,10 +475,15 @@ class LocalCluster:
     # --- internals -----------------------------------------------------------------------
 
     def _check_ports(self, node_id: int) -> None:
-        for name, port in (
+        ports = [
             (f"broker {node_id} listener", self.ports.broker(node_id)),
             (f"controller {node_id} listener", self.ports.controller(node_id)),
-        ):
+        ]
+        if self.proxied_listener:
+            ports.append(
+                (f"broker {node_id} proxied listener", self.ports.proxied_listener(node_id))
+            )
+        for name, port in ports:
             if procs.port_in_use(port):
                 raise SettingError(
                     f"port {port} ({name}) is already in use; pick another base with "

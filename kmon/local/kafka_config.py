@@ -114,24 +114,45 @@ def validate_overrides(overrides: Mapping[str, str], defs: Mapping[str, str]) ->
             raise SettingError(f"broker setting {key}={value!r}: expected true or false")
 
 
+# The listener that Toxiproxy forwards to (see kmon.local.ports). It advertises the proxies, so a
+# client bootstrapping through a proxy is handed proxy addresses for every broker.
+PROXIED_LISTENER = "PROXIED"
+
+
 def broker_properties(
-    node_id: int, ports: Ports, data_dir: Path, overrides: Mapping[str, str]
+    node_id: int,
+    ports: Ports,
+    data_dir: Path,
+    overrides: Mapping[str, str],
+    proxied_listener: bool = False,
 ) -> dict[str, str]:
-    """The full ``server.properties`` of one combined broker+controller node."""
+    """The full ``server.properties`` of one combined broker+controller node.
+
+    ``proxied_listener``: also listen on the PROXIED port, advertising the Toxiproxy proxy
+    (``LocalCluster`` turns it on; off here, the layout is the plain one). Broker-to-broker
+    traffic always stays on PLAINTEXT, so proxy faults reach clients only.
+    """
     voters = ",".join(f"{n}@127.0.0.1:{ports.controller(n)}" for n in BROKER_IDS)
+    listeners = [
+        f"PLAINTEXT://127.0.0.1:{ports.broker(node_id)}",
+        f"CONTROLLER://127.0.0.1:{ports.controller(node_id)}",
+    ]
+    advertised = [f"PLAINTEXT://127.0.0.1:{ports.broker(node_id)}"]
+    protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    if proxied_listener:
+        listeners.append(f"{PROXIED_LISTENER}://127.0.0.1:{ports.proxied_listener(node_id)}")
+        advertised.append(f"{PROXIED_LISTENER}://127.0.0.1:{ports.proxy(node_id)}")
+        protocols.append(f"{PROXIED_LISTENER}:PLAINTEXT")
     props = {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
         # A static quorum of the three nodes: no dynamic voter bootstrap needed.
         "controller.quorum.voters": voters,
-        "listeners": (
-            f"PLAINTEXT://127.0.0.1:{ports.broker(node_id)},"
-            f"CONTROLLER://127.0.0.1:{ports.controller(node_id)}"
-        ),
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{ports.broker(node_id)}",
+        "listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(advertised),
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": ",".join(protocols),
         "log.dirs": str(data_dir),
     }
     props.update(DEFAULTS)

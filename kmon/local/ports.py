@@ -1,6 +1,11 @@
 """The loopback port layout of one local stack, all derived from one base port.
 
     base + 0..2     Kafka client listeners of brokers 1..3 (PLAINTEXT)
+    base + 3..5     Kafka PROXIED listeners of brokers 1..3: what Toxiproxy forwards to; they
+                    advertise the proxies below, so a client that bootstraps through a proxy
+                    gets metadata that keeps it behind the proxies
+    base + 6..8     Toxiproxy proxies in front of brokers 1..3 (``proxied_bootstrap``)
+    base + 9        Toxiproxy's HTTP API
     base + 10..12   KRaft controller listeners of nodes 1..3
     base + 20       Prometheus
     base + 21..29   reserved: Grafana, Alertmanager
@@ -23,6 +28,18 @@ class Ports:
     def broker(self, node_id: int) -> int:
         return self.base + node_id - 1
 
+    def proxied_listener(self, node_id: int) -> int:
+        """The broker's PROXIED listener (upstream of its Toxiproxy proxy)."""
+        return self.base + 3 + node_id - 1
+
+    def proxy(self, node_id: int) -> int:
+        """Toxiproxy's proxy in front of broker ``node_id`` (advertised by PROXIED)."""
+        return self.base + 6 + node_id - 1
+
+    @property
+    def toxiproxy_api(self) -> int:
+        return self.base + 9
+
     def controller(self, node_id: int) -> int:
         return self.base + 10 + node_id - 1
 
@@ -42,8 +59,20 @@ class Ports:
         for n in BROKER_IDS:
             ports[f"broker {n} listener"] = self.broker(n)
             ports[f"controller {n} listener"] = self.controller(n)
+            ports[f"broker {n} proxied listener"] = self.proxied_listener(n)
+        return ports
+
+    def toxiproxy_ports(self) -> dict[str, int]:
+        """Every port the local Toxiproxy binds, by a name for error messages."""
+        ports = {f"proxy of broker {n}": self.proxy(n) for n in BROKER_IDS}
+        ports["Toxiproxy API"] = self.toxiproxy_api
         return ports
 
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.broker(n)}" for n in BROKER_IDS)
+
+    @property
+    def proxied_bootstrap(self) -> str:
+        """``bootstrap.servers`` through Toxiproxy: every connection stays behind a proxy."""
+        return ",".join(f"127.0.0.1:{self.proxy(n)}" for n in BROKER_IDS)

@@ -85,7 +85,7 @@ def test_investigate_an_anomaly_id_from_the_topics(
     out = capsys.readouterr().out
     assert code == 0, out
     assert "kmon investigate: lost-write an-1 on key 0 (topic probe-0, partition 0)" in out
-    assert "(3000 ops read, 1362 of key 0)" in out
+    assert f"({len(lost_write_ops())} ops read, " in out, out
     assert "warning: 1 op events could not be decoded" in out
     assert re.search(rf"\*\s+{WRITER}\s+2 .* ok\s+send\s+wrote {VALUE} at {OFFSET}", out)
     assert re.search(rf"\*\s+{OFFSET}\s+{VALUE}\s+op {WRITER} \(p2, ok\)\s+never read", out)

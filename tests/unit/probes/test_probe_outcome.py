@@ -80,3 +80,21 @@ def test_error_text_names_the_error() -> None:
     assert error_text(ValueError("bad")) == "ValueError: bad"
     assert error_text(None) is None
     assert error_text("no delivery report within 10s") == "no delivery report within 10s"
+
+
+def test_assignment_changes_without_callbacks_are_logged_as_rebalances():
+    # Found under a broker SIGKILL: partitions went away and came back with no callback in any
+    # op, and the consumer restarted from its committed offset.
+    from types import SimpleNamespace
+
+    from kmon.history.model import Rebalance
+    from kmon.probes.process import Process
+
+    proc = SimpleNamespace(seen_assignment=None, rebalances=[])
+    Process._note_assignment(proc, {1, 2})  # first poll: nothing to compare with
+    assert proc.rebalances == []
+    Process._note_assignment(proc, {2})
+    assert proc.rebalances == [Rebalance("revoked", (1,))]
+    proc.rebalances = [Rebalance("assigned", (1,))]  # a callback did report this one
+    Process._note_assignment(proc, {1, 2, 3})
+    assert proc.rebalances == [Rebalance("assigned", (1,)), Rebalance("assigned", (3,))]

@@ -1,0 +1,159 @@
+"""Admin-API helpers the faults share: clients pinned to a running broker, topic configs,
+offsets, and the undo journal for config changes.
+
+A fault that pauses or kills brokers must not ask them anything: librdkafka sends a request
+to any broker it is connected to, and a paused broker takes it and never answers. So every
+admin request here goes to one broker the caller names as running.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    OffsetSpec,
+    ResourceType,
+)
+
+from kmon.local import procs
+from kmon.nemesis.base import FaultError
+
+if TYPE_CHECKING:
+    from kmon.local.cluster import LocalCluster
+
+TIMEOUT = 15.0
+_admins: dict[tuple[str, int], AdminClient] = {}
+
+
+def admin_on(cluster: LocalCluster, node: int) -> AdminClient:
+    """An AdminClient that only ever talks to broker ``node`` (cached per cluster and node)."""
+    key = (str(cluster.home), node)
+    if key not in _admins:
+        _admins[key] = AdminClient(cluster.client_config(**{
+            "bootstrap.servers": cluster.broker_address(node),
+            # Metadata requests about a topic must never create it.
+            "allow.auto.create.topics": False,
+        }))
+    return _admins[key]
+
+
+def running_admin(cluster: LocalCluster, avoid: tuple[int, ...] = ()) -> AdminClient:
+    for status in cluster.status():
+        if status.state == "running" and status.node_id not in avoid:
+            return admin_on(cluster, status.node_id)
+    raise FaultError("no running broker to ask")
+
+
+def start_broker(cluster: LocalCluster, node: int, timeout: float = 90.0) -> float:
+    """Start a stopped broker on its data, once its ports are free; returns the seconds spent
+    waiting for them.
+
+    A port of a killed broker can stay taken for up to a minute: clients reconnecting to it
+    sweep through the ephemeral ports, and on a port base inside Linux's ephemeral range
+    (32768-60999) one of them may get the broker's own port as its source and connect to
+    itself; the closed connection then sits in TIME_WAIT on that port. Kafka cannot bind it
+    until that ends. (A port base below 32768 avoids this; see docs/nemesis.md.)
+    """
+    ports = [cluster.ports.broker(node), cluster.ports.controller(node)]
+    if cluster.proxied_listener:
+        ports.append(cluster.ports.proxied_listener(node))
+    started = time.monotonic()
+    while any(procs.port_in_use(p) for p in ports):
+        if time.monotonic() - started >= timeout:
+            raise FaultError(f"broker {node}'s ports {ports} still taken after {timeout:.0f}s")
+        time.sleep(0.5)
+    waited = time.monotonic() - started
+    cluster.start(node, wait=True)
+    return waited
+
+
+def topic_configs(admin: AdminClient, topic: str, names: list[str]) -> dict[str, str | None]:
+    """The topic's own value of each setting, None where it follows the broker default."""
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(
+            TIMEOUT + 5
+        )
+    except KafkaException as exc:
+        raise FaultError(f"DescribeConfigs {topic}: {exc}") from None
+    out: dict[str, str | None] = {}
+    for name in names:
+        entry = entries.get(name)
+        is_own = entry is not None and entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        out[name] = entry.value if is_own and entry is not None else None
+    return out
+
+
+def set_topic_configs(admin: AdminClient, topic: str, values: dict[str, str | None]) -> None:
+    """Set each setting on the topic; None removes the topic's own value (back to default)."""
+    entries = [
+        ConfigEntry(
+            name, value if value is not None else "",
+            incremental_operation=(
+                AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+            ),
+        )
+        for name, value in values.items()
+    ]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    try:
+        admin.incremental_alter_configs([resource], request_timeout=TIMEOUT)[resource].result(
+            TIMEOUT + 5
+        )
+    except KafkaException as exc:
+        raise FaultError(f"IncrementalAlterConfigs {topic} {values}: {exc}") from None
+
+
+def high_watermark(admin: AdminClient, topic: str, partition: int) -> int:
+    """The partition's high watermark, asked again while the answer is not an offset yet
+    (a leader just elected answers -1001 for a moment).
+    """
+    tp = TopicPartition(topic, partition)
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            futures = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=TIMEOUT)
+            offset = int(next(iter(futures.values())).result(TIMEOUT + 5).offset)
+        except KafkaException as exc:
+            raise FaultError(f"ListOffsets {topic}/{partition}: {exc}") from None
+        if offset >= 0:
+            return offset
+        if time.monotonic() >= deadline:
+            raise FaultError(f"ListOffsets {topic}/{partition}: no offset, got {offset}")
+        time.sleep(0.2)
+
+
+class Journal:
+    """Undo entries on disk (``<KMON_HOME>/nemesis/undo/``) for changes that outlive a process:
+    if the nemesis dies mid-fault, ``kmon nemesis heal`` applies what is left.
+    """
+
+    def __init__(self, home: Path) -> None:
+        self.root = Path(home) / "nemesis" / "undo"
+
+    def add(self, entry: dict[str, Any]) -> str:
+        self.root.mkdir(parents=True, exist_ok=True)
+        entry_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        path = self.root / f"{entry_id}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(entry, indent=1))
+        tmp.replace(path)
+        return entry_id
+
+    def remove(self, entry_id: str) -> None:
+        (self.root / f"{entry_id}.json").unlink(missing_ok=True)
+
+    def pending(self) -> dict[str, dict[str, Any]]:
+        if not self.root.is_dir():
+            return {}
+        return {p.stem: json.loads(p.read_text()) for p in sorted(self.root.glob("*.json"))}

@@ -1,0 +1,141 @@
+"""Probe settings that are unsafe on purpose, as presets the probe is started with.
+
+A preset is a set of ``kmon probe`` settings (``--set NAME=VALUE``; client settings under
+``producer.*`` / ``consumer.*`` pass through to librdkafka). Some need the probe's clients
+behind the Toxiproxy proxies, so that a network fault reaches them: those add
+``kafka.bootstrap.servers`` pointing at the proxies when given the cluster.
+
+``kmon nemesis preset NAME`` prints one as ``--set`` arguments or as a YAML settings file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kmon.env import SettingError
+
+if TYPE_CHECKING:
+    from kmon.local.cluster import LocalCluster
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    summary: str
+    # Probe settings; each carries the reason it is set, as in the probe's own defaults.
+    settings: dict[str, str] = field(default_factory=dict)
+    proxied: bool = False  # the probe's clients bootstrap through the Toxiproxy proxies
+    pairs_with: tuple[str, ...] = ()  # the faults that make this preset bite
+
+    def probe_settings(self, cluster: LocalCluster | None = None) -> dict[str, str]:
+        out = dict(self.settings)
+        if self.proxied and cluster is not None:
+            out["kafka.bootstrap.servers"] = cluster.proxied_bootstrap
+        return out
+
+    def client_settings(self, section: str) -> dict[str, str]:
+        """The librdkafka settings of one client section (``producer``, ``consumer``)."""
+        prefix = section + "."
+        return {k[len(prefix):]: v for k, v in self.settings.items() if k.startswith(prefix)}
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    Preset(
+        "safe",
+        "the probe's own safe settings (acks=all, idempotence, read_committed), direct",
+        pairs_with=("pause", "crash"),
+    ),
+    Preset(
+        "proxied",
+        "the probe's safe settings, every client behind the Toxiproxy proxies",
+        proxied=True,
+        pairs_with=("net-latency", "net-timeout", "net-reset", "net-bandwidth", "net-slicer",
+                    "net-down"),
+    ),
+    Preset(
+        "idempotence-off",
+        "retries without idempotence, behind the proxies: a produce whose answer is lost "
+        "(net-timeout) is sent again and may be appended twice",
+        settings={
+            "producer.enable.idempotence": "false",  # the point: no sequence numbers, no dedup
+            "producer.acks": "all",  # still durable: a duplicate, not a loss, is what we want
+            # Retry (librdkafka's default, explicit): each retry may append another copy.
+            "producer.retries": "2147483647",
+            # Give up on an answer after 1 s (default 30 s), so a stalled answer is retried
+            # several times within one op.
+            "producer.request.timeout.ms": "1000",
+            "producer.retry.backoff.ms": "100",  # retry promptly (librdkafka's default, explicit)
+            "txn_share": "0",  # transactions need idempotence: plain sends only
+        },
+        proxied=True,
+        pairs_with=("net-timeout",),
+    ),
+    Preset(
+        "read-uncommitted",
+        "consumers read records of open and aborted transactions while many transactions abort",
+        settings={
+            "consumer.isolation.level": "read_uncommitted",  # the point: aborted data is visible
+            "txn_share": "0.5",  # half the ops are transactions (default 0.3) ...
+            "abort_share": "0.5",  # ... and half of those abort (default 0.2)
+        },
+        pairs_with=("none",),
+    ),
+    Preset(
+        "unclean",
+        "acks=1 writes to 2-replica topics that may elect an out-of-sync leader",
+        settings={
+            "producer.acks": "1",  # the point: acknowledged by the leader alone
+            "producer.enable.idempotence": "false",  # librdkafka's idempotence requires acks=all
+            # Two replicas, so the third node keeps the controller quorum while the
+            # unclean-election fault pauses one replica and kills the other.
+            "replication_factor": "2",
+            # The ISR may shrink to the leader alone and the high watermark follows it, so
+            # consumers read records that the election then takes away.
+            "min_insync_replicas": "1",
+            "txn_share": "0",  # transactions need acks=all and idempotence: plain sends only
+        },
+        pairs_with=("unclean-election",),
+    ),
+)}
+
+
+def get(name: str) -> Preset:
+    if name not in PRESETS:
+        raise SettingError(f"unknown preset {name!r}: one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def check_librdkafka(preset: Preset) -> None:
+    """Let librdkafka vet the preset's client settings now; the error names the setting."""
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    base: dict[str, Any] = {"bootstrap.servers": "127.0.0.1:1"}
+    for section, make, extra in (
+        ("producer", Producer, {}),
+        ("consumer", Consumer, {"group.id": "kmon-preset-check"}),
+    ):
+        settings = preset.client_settings(section)
+        # One at a time, so the error names the culprit; then all together (conflicts).
+        for key, value in [*settings.items(), ("*", None)]:
+            config = {**base, **extra, **({key: value} if key != "*" else settings)}
+            try:
+                client = make(config)
+            except (KafkaException, ValueError, TypeError) as exc:
+                what = f"{section}.{key}={value}" if key != "*" else f"{section} settings"
+                raise SettingError(f"preset {preset.name}: {what}: {exc}") from None
+            if isinstance(client, Consumer):
+                client.close()
+
+
+def render(preset: Preset, cluster: LocalCluster | None = None, fmt: str = "args") -> str:
+    """``args``: ``--set NAME=VALUE`` words for ``kmon probe``; ``yaml``: a settings file."""
+    settings = preset.probe_settings(cluster)
+    if fmt == "args":
+        return " ".join(f"--set {k}={v}" for k, v in settings.items())
+    if fmt == "yaml":
+        import yaml
+
+        head = f"# kmon nemesis preset {preset.name}: {preset.summary}\n"
+        return head + (yaml.safe_dump(settings, sort_keys=False) if settings else "{}\n")
+    raise SettingError(f"preset format {fmt!r}: args or yaml")
