@@ -45,7 +45,7 @@ CEILING = os.environ.get("KMON_CEILING", "/work/shared/bench/spark_stateful_ceil
 
 
 def load() -> str:
-    return "load %.2f %.2f %.2f" % os.getloadavg()
+    return "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def say(*a: Any) -> None:
@@ -199,11 +199,10 @@ def _live_producer(boot: str, topic: str, rate: int, seconds: float, inject_ever
     ops = replay.with_placements(healthy(int(rate * (seconds + 10)), SynthConfig()), "bench-live")
     invoked: dict[Any, int] = {}
     start = time.monotonic()
-    sent = 0
     next_inject = start + warmup
     n = 0
     place = {"dup": KeyPlacement("bench-latency", 0)}
-    for op in ops:
+    for sent, op in enumerate(ops):
         now_m = time.monotonic()
         if now_m - start > seconds:
             break
@@ -218,8 +217,7 @@ def _live_producer(boot: str, topic: str, rate: int, seconds: float, inject_ever
                       placements=op.meta.placements if op.meta else {})
         op.time, op.meta = t, meta
         p.produce(topic, avro.encode_op(op), key=str(op.process).encode(), headers=hdr)
-        sent += 1
-        if sent % 500 == 0:
+        if sent % 500 == 499:
             p.poll(0)
         if time.monotonic() >= next_inject:
             next_inject += inject_every
@@ -286,7 +284,7 @@ def latency(spark: Any, boot: str, root: Path, rate: int, seconds: float,
 def pct(xs: list[float], p: float) -> float:
     if not xs:
         return float("nan")
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 # -- main ----------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ Under ``spark-submit`` (``launched_by_spark_submit``) the master and the jars ar
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,6 +65,10 @@ def spark_conf(
         # Loopback only, like the rest of the local stack; avoids resolving the host name.
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
+        if not os.environ.get("PYSPARK_PYTHON"):
+            # Python workers run kmon's folds: the driver's interpreter has kmon, while the
+            # default (python3 on PATH) need not, e.g. under `make test` with no venv active.
+            settings["spark.pyspark.python"] = sys.executable
     if checkpoint_location:
         settings["spark.sql.streaming.checkpointLocation"] = checkpoint_location
     settings.update(conf or {})
@@ -99,6 +104,9 @@ def build_spark_session(
     if settings["spark.master"].startswith("local"):
         # Spark otherwise resolves the host name and warns that it binds to a loopback address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # pyspark takes the workers' Python from this variable, not from the conf above.
+        os.environ.setdefault("PYSPARK_PYTHON", settings.get("spark.pyspark.python",
+                                                             sys.executable))
     builder = SparkSession.builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)

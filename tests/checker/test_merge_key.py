@@ -27,6 +27,14 @@ def test_torn_transactions_merge_by_writer():
     assert merge_key(a) == merge_key(b) == ("torn-transaction", 9)
 
 
+def test_reads_merge_by_reading_op():
+    a = Anomaly("G1a", {"key": 1, "value": 2, "offset": 0, "reader": 7})
+    b = Anomaly("G1a", {"key": 1, "value": 2, "offset": 0, "reader": 8})
+    assert merge_key(a) == ("G1a", 1, 2, 7) != merge_key(b)
+    p = Anomaly("precommitted-read", {"key": 1, "op": 3, "values": [2]})
+    assert merge_key(p) == ("precommitted-read", 1, 3)
+
+
 def test_types_without_pieces_have_no_key():
-    assert merge_key(Anomaly("G1a", {"key": 1, "value": 2, "offset": 0})) is None
-    assert merge_key(Anomaly("precommitted-read", {"key": 1, "op": 3, "values": [2]})) is None
+    assert merge_key(Anomaly("nonmonotonic-poll", {"key": 1, "op": 3, "offsets": [5, 2]})) is None
+    assert merge_key(Anomaly("G0", {"cycle": [1, 2]})) is None
