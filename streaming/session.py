@@ -6,11 +6,15 @@ beyond pyspark's own) is fetched once by ``kmon setup`` and put on the classpath
 
 Environment: ``KMON_SPARK_MASTER`` (default ``local[2]``), ``KMON_SPARK_JARS`` (comma-separated
 jar paths, for a deployment that ships the connector itself instead of kmon's cache).
+
+Under ``spark-submit`` (``launched_by_spark_submit``) the master and the jars are spark-submit's
+(``--master``, ``--packages``/``--jars``): the session then takes only kmon's other settings.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +33,11 @@ def connector_jars(cache: str | os.PathLike[str] | None = None) -> list[str]:
     from kmon.local.artifacts import spark_kafka_jars
 
     return [str(p) for p in spark_kafka_jars(Path(cache) if cache else None)]
+
+
+def launched_by_spark_submit() -> bool:
+    """True when spark-submit (or another JVM launcher) started this Python driver."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def spark_conf(
@@ -56,6 +65,10 @@ def spark_conf(
         # Loopback only, like the rest of the local stack; avoids resolving the host name.
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
+        if not os.environ.get("PYSPARK_PYTHON"):
+            # Python workers run kmon's folds: the driver's interpreter has kmon, while the
+            # default (python3 on PATH) need not, e.g. under `make test` with no venv active.
+            settings["spark.pyspark.python"] = sys.executable
     if checkpoint_location:
         settings["spark.sql.streaming.checkpointLocation"] = checkpoint_location
     settings.update(conf or {})
@@ -78,10 +91,22 @@ def build_spark_session(
     """
     from pyspark.sql import SparkSession
 
+    if launched_by_spark_submit():
+        # spark-submit chose the master and shipped the jars: keep its choices.
+        settings = spark_conf("submitted", checkpoint_location, [], conf)
+        for key in ("spark.master", "spark.jars"):
+            settings.pop(key)
+        builder = SparkSession.builder.appName(app_name)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
     settings = spark_conf(master, checkpoint_location, jars, conf)
     if settings["spark.master"].startswith("local"):
         # Spark otherwise resolves the host name and warns that it binds to a loopback address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # pyspark takes the workers' Python from this variable, not from the conf above.
+        os.environ.setdefault("PYSPARK_PYTHON", settings.get("spark.pyspark.python",
+                                                             sys.executable))
     builder = SparkSession.builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -60,6 +60,17 @@ def _merge_key(a: Anomaly) -> tuple | None:
     return None
 
 
+def merge_key(a: Anomaly) -> tuple | None:
+    """What makes two records pieces of one anomaly, as ``merge_anomalies`` merges them:
+    ``(type, ...)``, or None when every record of the type is an anomaly of its own.
+
+    The online monitor counts an anomaly once, on its first piece, and sends later pieces as
+    updates of that verdict.
+    """
+    mk = _merge_key(a)
+    return None if mk is None else (a.type, *mk)
+
+
 def _merge(old: dict[str, Any], new: dict[str, Any], type: str) -> None:
     if type == INCONSISTENT_OFFSETS:
         old["values"] = sorted(_union(old["values"], new["values"]), key=_sort_token)

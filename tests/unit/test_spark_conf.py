@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,14 @@ def test_master_checkpoint_and_extra_conf(monkeypatch: pytest.MonkeyPatch) -> No
     assert conf["spark.sql.streaming.checkpointLocation"] == "/ckpt"
     assert conf["spark.sql.shuffle.partitions"] == "8"  # the caller's conf wins
     assert spark_conf(master="local[1]", jars=[])["spark.master"] == "local[1]"
+    assert "spark.pyspark.python" not in conf  # a cluster's executors have their own Python
+
+
+def test_local_workers_use_the_drivers_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert spark_conf(master="local[2]", jars=[])["spark.pyspark.python"] == sys.executable
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py")  # the user's choice wins
+    assert "spark.pyspark.python" not in spark_conf(master="local[2]", jars=[])
 
 
 def test_cached_connector_matches_pyspark_and_adds_only_what_it_lacks(

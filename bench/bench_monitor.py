@@ -1,0 +1,352 @@
+"""Monitor benchmark: throughput against the stateful ceiling, detection latency, state size.
+
+Prints, on this machine (local[2]) and in one run:
+
+1. **Ceiling**: ``/work/shared/bench/spark_stateful_ceiling.py`` (``$KMON_CEILING``), a trivial
+   fold through the same stateful API, run as a subprocess first.
+2. **Sustained throughput**: healthy synthetic op events (64 keys, 16 processes, transactions
+   with aborts) produced to an events topic beforehand, event time advancing at
+   ``--event-rate``; then the whole monitor (decode, both stages, outputs, metrics) reads them
+   with a 1 s trigger and ``max.events.per.trigger`` = R, for R up a ladder. R is sustained
+   when the median micro-batch takes at most the trigger. The highest sustained R is the
+   figure, next to the ceiling (target: at least 0.8 of it).
+3. **State bytes per key** after 1M events: each key's serialized state (what the state store
+   holds and moves per micro-batch), from the stage 1 operator.
+4. **Detection latency** at 5k events/s: a producer process sends healthy events at that rate
+   with wall-clock times and, every second, a crafted duplicate; the time from producing the
+   deciding event to the monitor's ``kmon_anomalies_total`` changing, p50/p99 (target p99 at
+   most 2 s).
+
+The machine's load average is printed before and after each phase: other work on the same
+cores lowers every figure; re-run when the machine is quiet. Nothing is asserted.
+
+    python bench/bench_monitor.py [--quick]
+
+Kafka: ``KMON_BOOTSTRAP``, or the suite's local cluster (started if needed, as the tests do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+SECOND = 1_000_000_000
+CEILING = os.environ.get("KMON_CEILING", "/work/shared/bench/spark_stateful_ceiling.py")
+
+
+def load() -> str:
+    return "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+def say(*a: Any) -> None:
+    print(*a, flush=True)
+
+
+# -- 1. ceiling ----------------------------------------------------------------------------------
+
+def ceiling(events: int, keys: int) -> dict[str, float]:
+    say(f"[ceiling] {CEILING} {events} {keys} ({load()})")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.run([sys.executable, CEILING, str(events), str(keys)], env=env,
+                          capture_output=True, text=True, check=False)
+    out = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"(\w+): .* ([0-9,]+) events/s", line)
+        if m:
+            out[m.group(1)] = float(m.group(2).replace(",", ""))
+            say("  " + line)
+    if not out:
+        say("  ceiling failed:", proc.stdout[-500:], proc.stderr[-2000:])
+    say(f"  ({load()})")
+    return out
+
+
+# -- Kafka and events ---------------------------------------------------------------------------
+
+def bootstrap() -> tuple[str, Any]:
+    if os.environ.get("KMON_BOOTSTRAP"):
+        return os.environ["KMON_BOOTSTRAP"], None
+    from kmon import env
+    from kmon.local.cluster import LocalCluster
+
+    # the test suite's stack (beside `kmon run`'s), as tests/helpers.suite_stack names it
+    cluster = LocalCluster(home=env.kmon_home() / "test",
+                           port_base=env.port_base() + env.PORT_SPAN // 2)
+    cluster.up()
+    return str(cluster.bootstrap), cluster
+
+
+def create_topic(boot: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                  replication_factor=1)])[topic].result(30)
+
+
+def produce_synthetic(boot: str, topic: str, n: int, event_rate: float) -> None:
+    """``n`` healthy events, event time advancing at ``event_rate`` events/s (ending now)."""
+    from confluent_kafka import Producer
+
+    from kmon.streaming import replay
+    from kmon.synth import SynthConfig, healthy
+
+    t = time.time()
+    cfg = SynthConfig()  # 64 keys, 16 processes, 30% transactions, 20% of them aborted
+    scale = (1 / event_rate) / (cfg.step_ns / SECOND)
+    span = int(n / event_rate * SECOND)
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 50, "batch.num.messages": 10_000,
+                  "queue.buffering.max.messages": 1_000_000})  # bulk loading, before timing
+    ops = replay.with_placements(healthy(n, cfg), "bench")
+    events = replay.as_events(ops, probe="bench", time_offset_ns=time.time_ns() - span,
+                              time_scale=scale)
+    replay.produce(p, topic, events)
+    say(f"  produced {n:,} events in {time.time() - t:.0f} s")
+
+
+# -- 2. sustained throughput -------------------------------------------------------------------
+
+def monitor_config(boot: str, run: str, root: Path, **extra: Any) -> Any:
+    from kmon.streaming import config
+
+    return config.from_mapping({
+        "kafka.bootstrap.servers": boot, "checkpoint": str(root / f"ck-{run}"),
+        "topics.events": f"bench-ev-{run}", "topics.anomalies": f"bench-an-{run}",
+        "topics.facts": f"bench-fa-{run}", "topics.dead-letters": f"bench-dl-{run}",
+        "metrics.port": 0, **extra})
+
+
+def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: int,
+               events: int, event_rate: float) -> dict[str, Any]:
+    from kmon.streaming.monitor import Monitor
+
+    run = uuid.uuid4().hex[:8]
+    base = monitor_config(boot, run, root)
+    create_topic(boot, base.events_topic, 4)
+    say(f"[throughput] producing {events:,} events ({load()})")
+    produce_synthetic(boot, base.events_topic, events, event_rate)
+    results: list[tuple[int, float, float]] = []
+    consumed = 0
+    state_bytes: dict[str, int] = {}
+    rocksdb = (0, 0)
+    warm = True
+    for rate in [ladder[0], *ladder]:  # the first round only warms the JVM up
+        cfg = monitor_config(boot, run, root, **{"max.events.per.trigger": rate,
+                                                 "trigger": "1s"})
+        m = Monitor(cfg, spark, serve_metrics=False)
+        m.start()
+        q = m.queries["keys"]
+        want = batches + 2
+        done: list[dict] = []
+        deadline = time.monotonic() + want * 30
+        while len(done) < want and time.monotonic() < deadline:
+            time.sleep(0.5)
+            done = [p for p in q.recentProgress if p["numInputRows"] > 0]
+            if not q.isActive:
+                break
+        if consumed + sum(p["numInputRows"] for p in done) >= 1_000_000 and not state_bytes:
+            state_bytes = dict(m.outputs.key_state_bytes)
+            ops_ = done[-1]["stateOperators"] if done else []
+            rocksdb = (ops_[0]["numRowsTotal"], ops_[0]["memoryUsedBytes"]) if ops_ else (0, 0)
+        m.stop()
+        full = [p for p in done[2:] if p["numInputRows"] >= rate * 0.95]
+        consumed += sum(p["numInputRows"] for p in done)
+        if warm:
+            warm = False
+            say(f"  warm-up at {rate:,}/batch: {len(done)} batches ({load()})")
+            continue
+        if len(full) < 3:
+            say(f"  {rate:,}/s: input exhausted ({consumed:,} events read)")
+            break
+        durations = [p["durationMs"]["triggerExecution"] / 1000 for p in full]
+        med = statistics.median(durations)
+        rate_done = sum(p["numInputRows"] for p in full) / sum(durations)
+        results.append((rate, med, rate_done))
+        say(f"  {rate:>7,} events/batch: median batch {med:.2f} s (max {max(durations):.2f}),"
+            f" {'sustained' if med <= 1.0 else 'NOT sustained'}; processing {rate_done:,.0f}"
+            f" events/s ({load()})")
+        if med > 1.0:
+            break
+    sustained = max((r for r, med, _ in results if med <= 1.0), default=0)
+    return {"sustained": sustained, "results": results, "state_bytes": state_bytes,
+            "rocksdb": rocksdb, "consumed": consumed}
+
+
+# -- 4. detection latency ----------------------------------------------------------------------
+
+def _live_producer(boot: str, topic: str, rate: int, seconds: float, inject_every: float,
+                   warmup: float, out: Any) -> None:
+    """Healthy events at ``rate``/s with wall-clock times; a duplicate every ``inject_every``."""
+    from confluent_kafka import Producer
+
+    from kmon.history import avro
+    from kmon.history.model import KeyPlacement, Op, OpMeta
+    from kmon.streaming import replay
+    from kmon.synth import SynthConfig, healthy
+
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 0})  # the deciding event goes now
+    hdr = avro.kafka_headers()
+    ops = replay.with_placements(healthy(int(rate * (seconds + 10)), SynthConfig()), "bench-live")
+    invoked: dict[Any, int] = {}
+    start = time.monotonic()
+    next_inject = start + warmup
+    n = 0
+    place = {"dup": KeyPlacement("bench-latency", 0)}
+    for sent, op in enumerate(ops):
+        now_m = time.monotonic()
+        if now_m - start > seconds:
+            break
+        target = start + sent / rate
+        if target > now_m:
+            time.sleep(target - now_m)
+        t = time.time_ns()
+        if op.type == "invoke":
+            invoked[op.process] = t
+        meta = OpMeta(probe="live", invoke_time=None if op.type == "invoke"
+                      else invoked.pop(op.process, t),
+                      placements=op.meta.placements if op.meta else {})
+        op.time, op.meta = t, meta
+        p.produce(topic, avro.encode_op(op), key=str(op.process).encode(), headers=hdr)
+        if sent % 500 == 499:
+            p.poll(0)
+        if time.monotonic() >= next_inject:
+            next_inject += inject_every
+            v, off, proc = f"v{n}", 2 * n, 50_000_000 + n
+            t = time.time_ns()
+            w = Op(2_000_000_000 + 2 * n, t, proc, "ok", "send", [("send", "dup", v, off)],
+                   meta=OpMeta(probe="live", invoke_time=t, placements=place))
+            r = Op(2_000_000_001 + 2 * n, t, proc + 1, "ok", "poll",
+                   [("poll", {"dup": [(off, v), (off + 1, v)]})],
+                   meta=OpMeta(probe="live", invoke_time=t, placements=place))
+            p.produce(topic, avro.encode_op(w), key=str(proc).encode(), headers=hdr)
+            p.produce(topic, avro.encode_op(r), key=str(proc + 1).encode(), headers=hdr)
+            p.poll(0)
+            out.put(time.time())  # the deciding event (the poll) is produced
+            n += 1
+    p.flush(30)
+    out.put(None)
+
+
+def latency(spark: Any, boot: str, root: Path, rate: int, seconds: float,
+            trigger: str) -> dict[str, Any]:
+    from kmon.streaming.monitor import Monitor
+
+    run = uuid.uuid4().hex[:8]
+    cfg = monitor_config(boot, run, root, trigger=trigger, **{"starting.offsets": "latest"})
+    create_topic(boot, cfg.events_topic, 4)
+    m = Monitor(cfg, spark, serve_metrics=False)
+    m.start()
+    say(f"[latency] {rate:,} events/s for {seconds:.0f} s, trigger {trigger} ({load()})")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    prod = ctx.Process(target=_live_producer, args=(boot, cfg.events_topic, rate, seconds, 1.0,
+                                                    15.0, q))
+    prod.start()
+    produced: list[float] = []
+    detected: list[float] = []
+    finished = False
+    key = ("duplicate", "bench-latency", "0")
+    deadline = time.monotonic() + seconds + 120
+    while time.monotonic() < deadline:
+        while not q.empty():
+            x = q.get()
+            if x is None:
+                finished = True
+            else:
+                produced.append(x)
+        count = m.metrics.anomalies.get(key, 0)
+        now = time.time()
+        while len(detected) < min(count, len(produced)):
+            detected.append(now)
+        if finished and len(detected) >= len(produced):
+            break
+        time.sleep(0.005)
+    prod.join(30)
+    hist = m.metrics.detection.get("duplicate")
+    batches = [p["durationMs"]["triggerExecution"] / 1000 for p in m.queries["keys"].recentProgress
+               if p["numInputRows"] > 0]
+    m.stop()
+    lat = sorted(d - p for p, d in zip(produced, detected, strict=False))
+    say(f"  {len(lat)} of {len(produced)} injected anomalies detected ({load()})")
+    return {"latencies": lat, "hist": hist, "batches": batches}
+
+
+def pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
+    ap.add_argument("--ceiling-events", type=int, default=2_000_000)
+    ap.add_argument("--events", type=int, default=1_600_000)
+    ap.add_argument("--event-rate", type=float, default=30_000,
+                    help="event time advances at this many events/s in the throughput run")
+    ap.add_argument("--ladder", default="10000,20000,30000,40000,50000,60000")
+    ap.add_argument("--batches", type=int, default=6)
+    ap.add_argument("--latency-seconds", type=float, default=75)
+    ap.add_argument("--trigger", default="1s", help="trigger of the latency run")
+    ap.add_argument("--skip-ceiling", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.ceiling_events, args.events, args.batches = 400_000, 300_000, 3
+        args.ladder, args.latency_seconds = "10000,20000", 30
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    say(f"kmon monitor benchmark: {os.cpu_count()} cores, {load()}")
+    ceil = {} if args.skip_ceiling else ceiling(args.ceiling_events, 64)
+    boot, cluster = bootstrap()
+    from kmon.streaming.session import build_spark_session
+
+    spark = build_spark_session("kmon-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    root = Path(tempfile.mkdtemp(prefix="kmon-bench-"))
+    try:
+        thr = throughput(spark, boot, root, [int(x) for x in args.ladder.split(",")],
+                         args.batches, args.events, args.event_rate)
+        lat = latency(spark, boot, root, 5_000, args.latency_seconds, args.trigger)
+    finally:
+        spark.stop()
+        if cluster is not None and os.environ.get("KMON_KEEP_CLUSTER") != "1":
+            cluster.down()
+    say("")
+    say("== kmon monitor benchmark ==")
+    say(f"machine: {os.cpu_count()} cores, {load()} at the end")
+    pandas = ceil.get("pandas")
+    say(f"ceiling (trivial fold, transformWithStateInPandas): "
+        f"{pandas:,.0f} events/s" if pandas else "ceiling: not measured")
+    s = thr["sustained"]
+    ratio = f" = {s / pandas:.2f} x the ceiling" if pandas else ""
+    say(f"sustained through the monitor (1 s trigger, batch duration <= trigger): "
+        f"{s:,} events/s{ratio}")
+    for rate, med, done in thr["results"]:
+        say(f"  {rate:>7,}/batch: median batch {med:.2f} s, processing {done:,.0f} events/s")
+    sb = sorted(thr["state_bytes"].values())
+    if sb:
+        say(f"state per key after {thr['consumed']:,} events: median {statistics.median(sb):,.0f}"
+            f" B, max {max(sb):,} B over {len(sb)} keys (RocksDB: {thr['rocksdb'][0]} rows,"
+            f" {thr['rocksdb'][1]:,} B)")
+    lats = lat["latencies"]
+    say(f"detection latency at 5,000 events/s (trigger {args.trigger}), deciding event produced"
+        f" -> metric changed: p50 {pct(lats, 50):.2f} s, p99 {pct(lats, 99):.2f} s,"
+        f" max {max(lats, default=float('nan')):.2f} s over {len(lats)} anomalies")
+    if lat["batches"]:
+        say(f"  micro-batches at 5k/s: median {statistics.median(lat['batches']):.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""The monitor's configuration: one flat set of dotted keys, validated up front.
+
+Sources, later ones winning: built-in defaults, a YAML file (``--config``, or the path in
+``KMON_MONITOR_CONFIG``), then ``key=value`` overrides (``--set``). A bad or unknown key fails
+before Spark starts, with a message naming it (``ConfigError``). Nothing is read from the
+machine beyond those, so the same file runs the monitor locally and with ``spark-submit``.
+
+Keys (``KEYS`` has each key's meaning; ``docs/monitor.md`` the full table):
+
+- ``kafka.bootstrap.servers`` (required) and ``checkpoint`` (required: a path or URI every
+  driver incarnation can reach, e.g. HDFS or S3 on a cluster);
+- ``topics.events``, ``topics.anomalies``, ``topics.facts``, ``topics.dead-letters``;
+- timing: ``trigger``, ``watermark.delay``, ``grace``, ``unseen.grace``, ``max.future.skew``;
+- input: ``starting.offsets``, ``max.events.per.trigger``;
+- metrics: ``metrics.host``, ``metrics.port``;
+- pass-through: ``source.<option>`` (Spark's Kafka source, e.g.
+  ``source.kafka.security.protocol``), ``producer.<setting>`` (the driver's librdkafka
+  producer, e.g. ``producer.sasl.username``), ``spark.<conf>`` (any Spark setting; the
+  master is ``spark.master``, which spark-submit sets instead).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_CONFIG = "KMON_MONITOR_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A bad monitor setting; the message names the key."""
+
+
+# key -> (default, meaning). None: required (or unset).
+KEYS: dict[str, tuple[Any, str]] = {
+    "kafka.bootstrap.servers": (None, "bootstrap servers of the cluster holding the topics"),
+    "checkpoint": (None, "checkpoint location (shared FS or object store on a cluster)"),
+    "topics.events": ("kmon-events", "op events from the probes (input)"),
+    "topics.anomalies": ("kmon-anomalies", "evidence records (output)"),
+    "topics.facts": ("kmon-facts", "per-writer facts, stage 1 -> stage 2 (internal)"),
+    "topics.dead-letters": ("kmon-dead-letters", "malformed op events, with the reason"),
+    "trigger": ("1s", "micro-batch interval of both queries"),
+    "watermark.delay": ("5s", "how late an event may arrive before the watermark passes it"),
+    "grace": ("10s", "wait for late evidence before an absence verdict (lost writes, torn)"),
+    "unseen.grace": ("60s", "an acknowledged value unread this long gets an unseen verdict"),
+    "max.future.skew": ("5min", "events further ahead of their Kafka timestamp are dead "
+                                "letters (0: no check)"),
+    "starting.offsets": ("earliest", "where a new checkpoint starts reading: earliest/latest"),
+    "max.events.per.trigger": (200_000, "cap on events read per micro-batch, so a backlog "
+                                        "(a restart after downtime) comes in bounded batches"),
+    "metrics.host": ("0.0.0.0", "address the Prometheus endpoint binds"),
+    "metrics.port": (9464, "port of the Prometheus endpoint (0: no endpoint)"),
+    "txn.buckets": (16, "stage 2 state groups per probe (writers are spread over them)"),
+    "verdict.memory": (1024, "anomalies remembered per key to count each once"),
+}
+REQUIRED = ("kafka.bootstrap.servers", "checkpoint")
+PREFIXES = {
+    "source.": "Spark Kafka source option, passed as is (e.g. source.kafka.sasl.mechanism)",
+    "producer.": "librdkafka setting of the driver's producer (e.g. producer.sasl.username)",
+    "spark.": "Spark setting (e.g. spark.master)",
+}
+
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?"
+                       r"|h|hours?)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60,
+          "min": 60, "mins": 60, "minute": 60, "minutes": 60, "h": 3600, "hour": 3600,
+          "hours": 3600}
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def parse_duration(key: str, value: Any) -> float:
+    """Seconds from ``1.5``, ``"500ms"``, ``"10s"``, ``"5 min"``...; ConfigError if not."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a duration like 10s or 500ms, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = _DURATION.match(str(value))
+        if m is None:
+            raise ConfigError(f"{key}: expected a duration like 10s or 500ms, got {value!r}")
+        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if seconds < 0:
+        raise ConfigError(f"{key}: must not be negative, got {value!r}")
+    return seconds
+
+
+def _int(key: str, value: Any, lo: int, hi: int) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+    if not lo <= n <= hi:
+        raise ConfigError(f"{key}: must be in {lo}..{hi}, got {n}")
+    return n
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    bootstrap_servers: str
+    checkpoint: str
+    events_topic: str
+    anomalies_topic: str
+    facts_topic: str
+    dead_letter_topic: str
+    trigger_s: float
+    watermark_delay_s: float
+    grace_s: float
+    unseen_grace_s: float | None
+    max_future_skew_s: float | None
+    starting_offsets: str
+    max_events_per_trigger: int | None
+    metrics_host: str
+    metrics_port: int
+    txn_buckets: int
+    verdict_memory: int
+    source_options: dict[str, str] = field(default_factory=dict)
+    producer_config: dict[str, str] = field(default_factory=dict)
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stage1_checkpoint(self) -> str:
+        return self.checkpoint.rstrip("/") + "/keys"
+
+    @property
+    def stage2_checkpoint(self) -> str:
+        return self.checkpoint.rstrip("/") + "/transactions"
+
+    @property
+    def metrics_dir(self) -> str:
+        return self.checkpoint.rstrip("/") + "/metrics"
+
+    def kafka_options(self) -> dict[str, str]:
+        """Options every Kafka source and sink of the monitor gets."""
+        return {"kafka.bootstrap.servers": self.bootstrap_servers, **self.source_options}
+
+    def producer(self) -> dict[str, str]:
+        """librdkafka settings for the driver's producer (before kmon's own defaults)."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.producer_config}
+
+
+def load(path: str | os.PathLike[str] | None = None,
+         overrides: Iterable[str] | Mapping[str, Any] = (),
+         env: Mapping[str, str] | None = None) -> MonitorConfig:
+    """The configuration from a YAML file (or ``$KMON_MONITOR_CONFIG``) and overrides."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    path = path or env.get(ENV_CONFIG) or None
+    if path:
+        values.update(read_file(Path(path)))
+    if isinstance(overrides, Mapping):
+        values.update(overrides)
+    else:
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"override {item!r}: expected key=value")
+            values[key.strip()] = value.strip()
+    return from_mapping(values)
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """A YAML settings file as flat dotted keys (not yet validated)."""
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"config file {path}: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path}: not YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of settings")
+    return _flatten(data)
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested YAML mappings become dotted keys (``topics: {events: x}`` -> topics.events)."""
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def from_mapping(values: Mapping[str, Any]) -> MonitorConfig:
+    """Validate flat ``values`` (dotted keys) into a ``MonitorConfig``; ConfigError if bad."""
+    settings = {k: d for k, (d, _) in KEYS.items()}
+    passthrough: dict[str, dict[str, str]] = {p: {} for p in PREFIXES}
+    for key, value in values.items():
+        if key in KEYS:
+            settings[key] = value
+            continue
+        prefix = next((p for p in PREFIXES if key.startswith(p) and len(key) > len(p)), None)
+        if prefix is None:
+            known = ", ".join([*KEYS, *(p + "*" for p in PREFIXES)])
+            raise ConfigError(f"unknown setting {key!r} (known: {known})")
+        if value is None or isinstance(value, Mapping | list):
+            raise ConfigError(f"{key}: expected a single value, got {value!r}")
+        passthrough[prefix][key[len(prefix):]] = _text(value)
+    for key in REQUIRED:
+        if settings[key] is None or not str(settings[key]).strip():
+            raise ConfigError(f"{key} is required")
+    for key in ("topics.events", "topics.anomalies", "topics.facts", "topics.dead-letters"):
+        if not _TOPIC.match(str(settings[key])):
+            raise ConfigError(f"{key}: {settings[key]!r} is not a valid Kafka topic name")
+    topics = [settings[k] for k in ("topics.events", "topics.anomalies", "topics.facts",
+                                    "topics.dead-letters")]
+    if len(set(topics)) != len(topics):
+        raise ConfigError("topics.*: events, anomalies, facts and dead-letters must differ")
+    trigger = parse_duration("trigger", settings["trigger"])
+    if trigger <= 0:
+        raise ConfigError("trigger: must be positive")
+    grace = parse_duration("grace", settings["grace"])
+    if grace <= 0:
+        raise ConfigError("grace: must be positive")
+    unseen = parse_duration("unseen.grace", settings["unseen.grace"])
+    skew = parse_duration("max.future.skew", settings["max.future.skew"])
+    starting = str(settings["starting.offsets"]).strip()
+    if starting not in ("earliest", "latest") and not starting.startswith("{"):
+        raise ConfigError(f"starting.offsets: earliest, latest or a JSON offsets map, got "
+                          f"{starting!r}")
+    cap = settings["max.events.per.trigger"]
+    return MonitorConfig(
+        bootstrap_servers=str(settings["kafka.bootstrap.servers"]).strip(),
+        checkpoint=str(settings["checkpoint"]).strip(),
+        events_topic=str(settings["topics.events"]),
+        anomalies_topic=str(settings["topics.anomalies"]),
+        facts_topic=str(settings["topics.facts"]),
+        dead_letter_topic=str(settings["topics.dead-letters"]),
+        trigger_s=trigger,
+        watermark_delay_s=parse_duration("watermark.delay", settings["watermark.delay"]),
+        grace_s=grace,
+        unseen_grace_s=unseen or None,
+        max_future_skew_s=skew or None,
+        starting_offsets=starting,
+        max_events_per_trigger=None if cap in (None, "") else _int(
+            "max.events.per.trigger", cap, 1, 1 << 31),
+        metrics_host=str(settings["metrics.host"]),
+        metrics_port=_int("metrics.port", settings["metrics.port"], 0, 65535),
+        txn_buckets=_int("txn.buckets", settings["txn.buckets"], 1, 4096),
+        verdict_memory=_int("verdict.memory", settings["verdict.memory"], 16, 1 << 20),
+        source_options=passthrough["source."],
+        producer_config=passthrough["producer."],
+        spark_conf=passthrough["spark."],
+    )
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,82 @@
+"""The driver's Kafka clients: the outputs producer and the output topics' creation."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kmon.streaming.config import MonitorConfig
+
+log = logging.getLogger("kmon.monitor")
+
+# Output topics the monitor creates when they are missing (the events topic is the probes').
+OUTPUT_PARTITIONS = 3
+
+
+def producer_config(cfg: MonitorConfig) -> dict[str, Any]:
+    return {
+        # No duplicates from the producer's own retries; implies acks=all.
+        "enable.idempotence": True,
+        # A micro-batch's outputs go out together: wait briefly to fill batches.
+        "linger.ms": 5,
+        # Fail a micro-batch (to retry it) rather than wait the default five minutes.
+        "message.timeout.ms": 120_000,
+        # The monitor's outputs are few; a full queue means Kafka is unreachable.
+        "queue.buffering.max.messages": 200_000,
+        **cfg.producer(),  # the user's settings (bootstrap, security) win
+    }
+
+
+def make_producer(cfg: MonitorConfig) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer(producer_config(cfg))
+
+
+def ensure_topics(cfg: MonitorConfig, timeout: float = 30.0) -> None:
+    """Create the anomalies, facts and dead-letter topics if they do not exist yet.
+
+    Creation may be forbidden (ACLs) where an operator made them: that is only logged.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin_cfg = {k: v for k, v in producer_config(cfg).items()
+                 if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl."))}
+    admin = AdminClient(admin_cfg)
+    try:
+        existing = set(admin.list_topics(timeout=timeout).topics)
+    except KafkaException as e:
+        log.warning("could not list topics (%s); not creating output topics", e)
+        return
+    wanted = [t for t in (cfg.anomalies_topic, cfg.facts_topic, cfg.dead_letter_topic)
+              if t not in existing]
+    if not wanted:
+        return
+    futures = admin.create_topics([NewTopic(t, num_partitions=OUTPUT_PARTITIONS)
+                                   for t in wanted], request_timeout=timeout)
+    for topic, fut in futures.items():
+        try:
+            fut.result(timeout + 5)
+            log.info("created topic %s", topic)
+        except KafkaException as e:
+            log.warning("could not create topic %s: %s", topic, e)
+
+
+def end_offsets(cfg: MonitorConfig, topic: str, timeout: float = 30.0) -> str:
+    """``topic``'s current end offsets as a Spark ``startingOffsets`` JSON map."""
+    import json
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    settings = {k: v for k, v in producer_config(cfg).items()
+                if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl."))}
+    consumer = Consumer({**settings, "group.id": "kmon-monitor-offsets",
+                         "enable.auto.commit": False})  # reads nothing, commits nothing
+    try:
+        parts = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+        ends = {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                       timeout=timeout)[1] for p in parts}
+    finally:
+        consumer.close()
+    return json.dumps({topic: ends})

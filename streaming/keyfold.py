@@ -1,0 +1,268 @@
+"""Stage 1, per key (topic-partition): the checker's fold over fragment rows, batch by batch.
+
+Pure Python: the Spark processor (``processors.KeyFoldProcessor``) only moves bytes and frames
+in and out; everything here is testable without a JVM.
+
+One call per key per micro-batch (``KeyFold.batch``) or per expired timer (``KeyFold.wake``):
+
+1. ``load`` the key's one state value (the checker's ``KeyState`` bytes plus this adapter's
+   extras: the key's topic/partition labels, the timer it has registered, the verdicts it has
+   reported, each live consumer's latest realtime lag);
+2. apply the batch's fragments in op-index order (a probe's op indices increase, so each
+   process's fragments stay in its op order; processes interleave freely, as the fold allows);
+3. ``fold.advance`` to the event-time watermark: verdicts whose grace period is over, and
+   compaction;
+4. emit output rows (anomaly and unseen evidence, per-writer facts for stage 2, one stats row
+   for the gauges and the end-to-end histogram), the state bytes, and the next timer: the
+   earliest pending deadline, or, while anything is left to settle, one grace period on.
+
+A fragment the fold raises on becomes a ``fold-error`` dead letter (the query never dies on
+data); the other fragments of the batch are still folded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import pickle
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from kmon.checker import fold, unseen
+from kmon.checker.fold import FoldConfig
+from kmon.checker.fragment import Fragment
+from kmon.checker.sink import Sink
+from kmon.checker.state import INF, OCCUPIED, READ_OK, UNSEEN_DONE, W_OK, KeyState
+from kmon.streaming import evidence as ev
+
+# Output row kinds.
+ANOMALY = "anomaly"
+UNSEEN = "unseen"
+FACT = "fact"
+STATS = "stats"
+DEAD = "dead"
+
+# Output columns (processors.KEY_OUTPUT_SCHEMA gives their Spark types).
+OUTPUT_COLUMNS = (
+    "kind", "probe", "key", "topic", "part", "atype", "id", "verdict", "upd", "decided",
+    "writer", "body", "unseen", "lag", "e2e", "e2e_sum", "frags", "state_bytes", "raw",
+)
+
+_STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FoldSettings:
+    grace_ns: int
+    unseen_grace_ns: int | None
+    e2e_buckets_ns: tuple[int, ...]  # upper bounds of the end-to-end histogram, ascending
+    verdict_memory: int = 1024
+
+    def fold_config(self) -> FoldConfig:
+        return FoldConfig(self.grace_ns, self.unseen_grace_ns, collect_lags=True)
+
+
+class KeyFold:
+    """One key's state and the adapter's extras, for one call."""
+
+    __slots__ = ("facts", "lags", "partition", "probe", "settings", "st", "timer_ms", "topic",
+                 "verdicts")
+
+    def __init__(self, probe: str, key: Any, settings: FoldSettings) -> None:
+        self.settings = settings
+        self.probe = probe
+        self.st = KeyState(key, compact=True)  # millisecond ack times: ~22 bytes per offset
+        self.topic = ev.UNKNOWN_TOPIC
+        self.partition: int | None = None
+        self.timer_ms: int | None = None
+        self.verdicts = ev.Verdicts(settings.verdict_memory)
+        self.lags: dict[Any, tuple[int, int]] = {}  # process -> (invoke time, lag ns)
+        self.facts: list[dict[str, Any]] = []  # this call's facts for stage 2 (not state)
+
+    # -- persistence ----------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        extra = (_STATE_VERSION, self.topic, self.partition, self.timer_ms,
+                 self.verdicts.to_state(), self.lags)
+        return pickle.dumps((self.st.to_bytes(), extra), protocol=5)
+
+    @classmethod
+    def from_bytes(cls, probe: str, data: bytes, settings: FoldSettings) -> KeyFold:
+        fold_bytes, extra = pickle.loads(data)
+        version, topic, partition, timer_ms, verdicts, lags = extra
+        if version != _STATE_VERSION:
+            raise ValueError(f"unknown key fold state version {version!r}")
+        kf = cls(probe, None, settings)
+        kf.st = KeyState.from_bytes(fold_bytes)
+        kf.topic, kf.partition, kf.timer_ms = topic, partition, timer_ms
+        kf.verdicts = ev.Verdicts.from_state(verdicts, settings.verdict_memory)
+        kf.lags = lags
+        return kf
+
+    # -- one call -------------------------------------------------------------------------
+    def batch(self, frags: list[Fragment], placement: tuple[str, int] | None,
+              watermark_ns: int) -> list[dict[str, Any]]:
+        """Fold this batch's fragments (any order), then advance to the watermark."""
+        if placement is not None:
+            self.topic, self.partition = placement
+        out: list[dict[str, Any]] = []
+        sink = Sink()
+        cfg = self.settings.fold_config()
+        frags.sort(key=_op_index)
+        ops = {fr.op: (fr.process, fr.time) for fr in frags}
+        e2e: list[int] = []
+        for fr in frags:
+            try:
+                fold.apply(self.st, fr, cfg, sink)
+            except Exception as exc:  # a bug or an unforeseen shape: dead-letter, go on
+                out.append(self._fold_error(fr, exc))
+            if sink.anomalies or sink.unseen or sink.facts:
+                self._drain(sink, out, fr.time, ops, fr.op)
+            if sink.lags:
+                self._lags(sink)
+            if sink.e2e:
+                e2e.extend(d for _, d in sink.e2e)
+                sink.e2e.clear()
+        self._advance(watermark_ns, sink, out, ops)
+        self._flush_facts(out, watermark_ns)
+        out.append(self._stats(len(frags), e2e))
+        return out
+
+    def wake(self, watermark_ns: int) -> list[dict[str, Any]]:
+        """An expired timer: advance to the watermark (no input)."""
+        self.timer_ms = None  # Spark removed the timer that fired
+        out: list[dict[str, Any]] = []
+        self._advance(watermark_ns, Sink(), out, {})
+        self._flush_facts(out, watermark_ns)
+        out.append(self._stats(0, []))
+        return out
+
+    def next_timer_ms(self, watermark_ns: int) -> int | None:
+        """When this key next needs the watermark: its earliest deadline, or a grace period
+        from now while something is left to compact or judge; None when fully settled."""
+        st, s = self.st, self.settings
+        due = fold.next_deadline(st)
+        if s.unseen_grace_ns is not None:
+            due = min(due, _first_unseen_deadline(st, s.unseen_grace_ns))
+        if len(st.val) or st.procs or st.loose:
+            due = min(due, watermark_ns + s.grace_ns)
+        if due >= INF:
+            return None
+        return max(-(-due // 1_000_000), watermark_ns // 1_000_000 + 1)
+
+    # -- helpers --------------------------------------------------------------------------
+    def _advance(self, watermark_ns: int, sink: Sink, out: list, ops: dict) -> None:
+        if watermark_ns <= 0:
+            return
+        st = self.st
+        due = {c[1]: c[0] for c in st.cands if c[0] <= watermark_ns}
+        fold.advance(st, watermark_ns, self.settings.fold_config(), sink)
+        for a in sink.anomalies:  # absence verdicts: decided when their deadline passed
+            a_due = due.get(a.record.get("offset"), watermark_ns)
+            self._anomaly(a, a_due, out, ops)
+        sink.anomalies.clear()
+        self._unseen(sink, out)
+        self._facts(sink, out, st.max_time)
+        live = st.procs
+        for p in [p for p in self.lags if p not in live]:
+            del self.lags[p]  # the fold forgot an idle consumer: so does the lag gauge
+
+    def _drain(self, sink: Sink, out: list, t: int, ops: dict, decider: int) -> None:
+        for a in sink.anomalies:
+            self._anomaly(a, t, out, ops, decider)
+        sink.anomalies.clear()
+        self._unseen(sink, out)
+        self._facts(sink, out, None)
+
+    def _anomaly(self, a: Any, decided: int, out: list, ops: dict,
+                 decider: int | None = None) -> None:
+        rid, verdict, update = self.verdicts.classify(self.probe, a)
+        key = a.record.get("key", self.st.key)
+        rec = ev.evidence(rid=rid, verdict=verdict, update=update, type=a.type,
+                          probe=self.probe, key=key, topic=self.topic,
+                          partition=self.partition, record=a.record, decided_ns=decided,
+                          ops=ops, stage="key", decider=decider)
+        out.append(self._row(ANOMALY, atype=a.type, id=rid, verdict=verdict, upd=update,
+                             decided=decided, body=ev.to_json(rec)))
+
+    def _unseen(self, sink: Sink, out: list) -> None:
+        grace = self.settings.unseen_grace_ns or 0
+        for key, value, offset, ack in sink.unseen:
+            record = {"key": key, "value": value, "offset": offset, "ack-time": ack}
+            rid = ev.evidence_id(self.probe, ev.UNSEEN, record)
+            rec = ev.evidence(rid=rid, verdict=rid, update=False, type=ev.UNSEEN,
+                              probe=self.probe, key=key, topic=self.topic,
+                              partition=self.partition, record=record,
+                              decided_ns=ack + grace)
+            out.append(self._row(UNSEEN, atype=ev.UNSEEN, id=rid, verdict=rid, upd=False,
+                                 decided=ack + grace, body=ev.to_json(rec)))
+        sink.unseen.clear()
+
+    def _facts(self, sink: Sink, out: list, t: int | None) -> None:
+        # Key and value as JSON text: stage 2 parses facts in the JVM, and they keep their types.
+        for f in sink.facts:
+            self.facts.append({
+                "kind": f.kind, "writer": f.writer, "key": ev.to_json(f.key),
+                "value": ev.to_json(f.value), "offset": f.offset, "outcome": f.outcome,
+                "time": f.time, "probe": self.probe, "topic": self.topic,
+                "partition": self.partition})
+        sink.facts.clear()
+
+    def _flush_facts(self, out: list, watermark_ns: int) -> None:
+        """This call's facts as one row (one Kafka record), not one row per fact, each stamped
+        with this call's watermark: stage 2's clock (see ``txnfold``)."""
+        if self.facts:
+            for f in self.facts:
+                f["wm"] = watermark_ns
+            out.append(self._row(FACT, writer=len(self.facts), body=ev.to_json(self.facts)))
+            self.facts = []
+
+    def _lags(self, sink: Sink) -> None:
+        lags = self.lags
+        for invoke_time, process, _key, lag in sink.lags:
+            prev = lags.get(process)
+            if prev is None or invoke_time >= prev[0]:
+                lags[process] = (invoke_time, lag)
+        sink.lags.clear()
+
+    def _stats(self, n: int, e2e: list[int]) -> dict[str, Any]:
+        bounds = self.settings.e2e_buckets_ns
+        counts = [0] * (len(bounds) + 1)
+        for d in e2e:
+            counts[bisect.bisect_left(bounds, d)] += 1
+        worst = max((lag for _, lag in self.lags.values()), default=0)
+        return self._row(STATS, unseen=unseen.unseen_count(self.st), lag=worst, e2e=counts,
+                         e2e_sum=sum(e2e), frags=n)
+
+    def _fold_error(self, fr: Fragment, exc: Exception) -> dict[str, Any]:
+        detail = {"probe": self.probe, "key": self.st.key, "index": fr.op,
+                  "process": fr.process, "error": f"{type(exc).__name__}: {exc}",
+                  "trace": traceback.format_exc(limit=4)}
+        return self._row(DEAD, atype="fold-error", id=f"{self.probe}:{fr.op}:{self.st.key}",
+                         body=ev.to_json(detail))
+
+    def _row(self, kind: str, **fields: Any) -> dict[str, Any]:
+        row = {"kind": kind, "probe": self.probe, "key": ev.to_json(self.st.key),
+               "topic": self.topic, "part": self.partition}
+        row.update(fields)
+        return row
+
+
+def _op_index(fr: Fragment) -> int:
+    return fr.op
+
+
+def _first_unseen_deadline(st: KeyState, grace: int) -> int:
+    """Earliest moment an acknowledged, unread value not yet judged gets its unseen verdict."""
+    due = INF
+    flg = st.flg
+    for i in range(max(0, st.unseen_from - st.base), len(flg)):
+        f = flg[i]
+        if f & W_OK and f & OCCUPIED and not f & (READ_OK | UNSEEN_DONE):
+            t = st.revealed_ns(i)
+            if t >= 0 and t + grace < due:
+                due = t + grace
+    for rec in st.loose.values():
+        f = rec[1]
+        if f & W_OK and not f & (READ_OK | UNSEEN_DONE) and rec[3]:
+            due = min(due, rec[3] + grace)
+    return due

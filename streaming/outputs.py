@@ -1,0 +1,210 @@
+"""The driver side of both queries: deliver each micro-batch's outputs, count them, snapshot.
+
+Each query's ``foreachBatch`` hands its (small) output here: evidence records, per-writer
+facts, dead letters and per-key stats. One pass over the collected rows:
+
+1. evidence (anomalies and unseen verdicts) goes to the anomalies topic, keyed by its
+   deterministic id, stamped with ``detected_at`` (wall clock of emission);
+2. facts go to the facts topic (stage 2's input), dead letters to the dead-letter topic with
+   their reason and source position in headers;
+3. the producer is flushed (a failed delivery fails the micro-batch: it is retried, never
+   dropped), then counters and gauges are updated and a snapshot written (``snapshots``).
+
+A micro-batch whose id the snapshot already covers is a replay after a crash: its outputs were
+delivered and counted before, so it is skipped whole. Handlers of the two queries and the
+progress listener share one lock, so a snapshot always matches the batch ids it records.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from kmon.streaming import evidence as ev
+from kmon.streaming.keyfold import ANOMALY, DEAD, FACT, STATS, UNSEEN
+from kmon.streaming.metrics import MonitorMetrics, placement_labels
+from kmon.streaming.snapshots import SnapshotStore
+
+log = logging.getLogger("kmon.monitor")
+
+KEYS = "keys"  # stage 1: the query name suffix, the state operator label, the snapshot entry
+TRANSACTIONS = "transactions"  # stage 2
+
+REASON_HEADER = "kmon-dead-letter-reason"
+SOURCE_HEADER = "kmon-dead-letter-source"
+DETAIL_HEADER = "kmon-dead-letter-detail"
+MAX_DEAD_LETTER_BYTES = 512 * 1024  # a huge malformed event is cut, not refused by the broker
+
+
+class DeliveryError(RuntimeError):
+    """Outputs could not be delivered to Kafka; the micro-batch fails and is retried."""
+
+
+class Outputs:
+    """Delivers and counts both stages' outputs; see the module docstring."""
+
+    def __init__(self, *, anomalies_topic: str, facts_topic: str, dead_letter_topic: str,
+                 producer: Any, metrics: MonitorMetrics, store: SnapshotStore | None,
+                 e2e_bounds_s: tuple[float, ...], clock: Callable[[], float] = time.time,
+                 flush_timeout_s: float = 120.0) -> None:
+        self.topics = {ANOMALY: anomalies_topic, UNSEEN: anomalies_topic, FACT: facts_topic,
+                       DEAD: dead_letter_topic}
+        self.producer = producer
+        self.metrics = metrics
+        self.store = store
+        self.e2e_bounds_s = e2e_bounds_s
+        self.clock = clock
+        self.flush_timeout_s = flush_timeout_s
+        self.lock = threading.RLock()
+        self.done: dict[str, int] = {KEYS: -1, TRANSACTIONS: -1, "progress": -1}
+        self._errors: list[str] = []
+        self.restored = False
+        self.key_state_bytes: dict[str, int] = {}  # serialized state per key (diagnostics)
+
+    # -- restart ----------------------------------------------------------------------------
+    def restore(self) -> dict[str, Any] | None:
+        """Load the newest snapshot: counters and gauges, and which batches they include."""
+        if self.store is None:
+            return None
+        with self.lock:
+            data = self.store.load()
+            if data is not None:
+                self.metrics.restore(data.get("metrics", {}))
+                self.done.update({k: int(v) for k, v in data.get("batches", {}).items()})
+                self.restored = True
+            return data
+
+    def _save(self) -> None:
+        if self.store is not None:
+            self.store.save({"batches": dict(self.done), "metrics": self.metrics.snapshot(),
+                             "written_at": self.clock()})
+
+    # -- micro-batches ----------------------------------------------------------------------
+    def key_batch(self, df: Any, batch_id: int) -> None:
+        """``foreachBatch`` of stage 1."""
+        self.handle(KEYS, batch_id, df.collect())
+
+    def txn_batch(self, df: Any, batch_id: int) -> None:
+        """``foreachBatch`` of stage 2."""
+        self.handle(TRANSACTIONS, batch_id, df.collect())
+
+    def handle(self, stage: str, batch_id: int, rows: list[Any]) -> None:
+        with self.lock:
+            if batch_id <= self.done[stage]:
+                log.info("%s batch %d is a replay: already delivered and counted", stage,
+                         batch_id)
+                return
+            now = self.clock()
+            counts: list[Callable[[], None]] = []
+            for r in rows:
+                kind = r["kind"]
+                if kind in (ANOMALY, UNSEEN):
+                    self._evidence(r, now, counts)
+                elif kind == FACT:
+                    self._produce(self.topics[FACT], f"{r['probe']}/{r['key']}", r["body"])
+                elif kind == DEAD:
+                    self._dead_letter(r, counts)
+                elif kind == STATS and stage == KEYS:
+                    self._stats(r, counts)
+            self._flush()
+            for c in counts:
+                c()
+            self.done[stage] = batch_id
+            self._save()
+
+    def _evidence(self, r: Any, now: float, counts: list) -> None:
+        rec = json.loads(r["body"])
+        rec["detected_at"] = int(now * 1e9)
+        self._produce(self.topics[ANOMALY], r["id"], ev.to_json(rec))
+        topic, part = placement_labels(r["topic"], r["part"], r["key"])
+        if r["kind"] == UNSEEN:
+            counts.append(lambda: self.metrics.unseen_verdict(topic, part))
+        elif not r["upd"]:
+            latency = now - (r["decided"] or 0) / 1e9
+            atype = r["atype"]
+            counts.append(lambda: self.metrics.anomaly(atype, topic, part, latency))
+
+    def _dead_letter(self, r: Any, counts: list) -> None:
+        reason = r["atype"] or "unknown"
+        raw = bytes(r["raw"]) if r["raw"] is not None else r["body"].encode()
+        headers = [(REASON_HEADER, reason.encode()), (SOURCE_HEADER, (r["id"] or "").encode())]
+        if r["raw"] is None:
+            headers.append((DETAIL_HEADER, r["body"].encode()))
+        self._produce(self.topics[DEAD], r["id"], raw[:MAX_DEAD_LETTER_BYTES], headers)
+        counts.append(lambda: self.metrics.dead_letter(reason))
+
+    def _stats(self, r: Any, counts: list) -> None:
+        topic, part = placement_labels(r["topic"], r["part"], r["key"])
+        key_id = f"{r['probe']}/{r['key']}"
+        unseen, lag = r["unseen"] or 0, (r["lag"] or 0) / 1e9
+        self.metrics.key_stats(key_id, topic, part, unseen, lag)  # gauges: replays are harmless
+        self.key_state_bytes[key_id] = r["state_bytes"] or 0
+        e2e = r["e2e"]
+        if e2e and any(e2e):
+            total = (r["e2e_sum"] or 0) / 1e9
+            counts.append(lambda: self.metrics.end_to_end(topic, list(e2e), total))
+
+    # -- Kafka ------------------------------------------------------------------------------
+    def _produce(self, topic: str, key: str, value: str | bytes,
+                 headers: list[tuple[str, bytes]] | None = None) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, headers=headers,
+                                      on_delivery=self._delivered)
+                return
+            except BufferError:  # the local queue is full: let it drain
+                self.producer.poll(0.1)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(f"{msg.topic()}: {err}")
+
+    def _flush(self) -> None:
+        left = self.producer.flush(self.flush_timeout_s)
+        errors, self._errors = self._errors, []
+        if left or errors:
+            raise DeliveryError(f"{left} outputs undelivered after {self.flush_timeout_s:.0f}s;"
+                                f" errors: {errors[:5]}")
+
+    # -- progress ---------------------------------------------------------------------------
+    def progress(self, stage: str, p: Any) -> None:
+        """A query's progress report (``StreamingQueryProgress``-like, dict access)."""
+        with self.lock:
+            batch = int(p["batchId"])
+            counted = stage == KEYS and batch > self.done["progress"]
+            events = int(p.get("numInputRows") or 0) if counted else 0
+            ops = p.get("stateOperators") or ()
+            state = {stage: (sum(int(o.get("numRowsTotal") or 0) for o in ops),
+                             sum(int(o.get("memoryUsedBytes") or 0) for o in ops))} if ops else {}
+            wm = (p.get("eventTime") or {}).get("watermark")
+            delay = None
+            now = self.clock()
+            if stage == KEYS and wm:
+                ts = _epoch(wm)
+                if ts > 0:
+                    delay = max(0.0, now - ts)
+            duration = ((p.get("durationMs") or {}).get("triggerExecution") or 0) / 1000
+            rate = float(p.get("inputRowsPerSecond") or 0.0) if stage == KEYS else 0.0
+            if stage == KEYS:
+                self.metrics.progress(events=events, input_rate=rate, duration_s=duration,
+                                      state=state, watermark_delay_s=delay, finished_at=now)
+            else:
+                with self.metrics.lock:
+                    for op, (rows, nbytes) in state.items():
+                        self.metrics.state_rows[op] = rows
+                        self.metrics.state_bytes[op] = nbytes
+            if counted:
+                self.done["progress"] = batch
+                self._save()
+
+
+def _epoch(iso: str) -> float:
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

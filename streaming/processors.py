@@ -1,0 +1,216 @@
+"""The Spark ``StatefulProcessor``s: thin adapters moving state bytes and frames.
+
+Why ``transformWithStateInPandas`` (Spark 4's arbitrary state API v2) and not
+``applyInPandasWithState``:
+
+- **Timers.** Absence verdicts (lost writes, unseen values, torn transactions) are due when the
+  event-time watermark passes a deadline, also on keys that receive nothing more. TWS gives
+  event-time timers with their own callback (``handleExpiredTimer``) and a watermark in every
+  call; the older API has a single timeout per group and no watermark in data calls.
+- **Late events are folded, not dropped.** Neither operator gets a watermarked column (see
+  ``decode.fragments``), so nothing is filtered; TWS still reads the query's watermark.
+- **Typed, evolvable state** in the RocksDB store, readable offline with the state data source
+  (``format("statestore")``) for investigations, and state schema checks on restart.
+- **Cost shape.** State calls go over a local socket (tens of microseconds each), so each call
+  here does at most one ``get``, one ``update`` and one timer change per key and micro-batch,
+  whatever the number of events: the key's whole ``KeyState`` is one binary value.
+
+Each processor yields one pandas frame per call. Columns are built as object Series from Python
+lists so nanosecond timestamps never pass through float64.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from kmon.streaming import evidence as ev
+from kmon.streaming import frames
+from kmon.streaming.keyfold import DEAD, OUTPUT_COLUMNS, FoldSettings, KeyFold
+from kmon.streaming.txnfold import FACT_FIELDS, TxnBucket
+
+STATE_SCHEMA = StructType([StructField("data", BinaryType(), False)])
+
+OUTPUT_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("probe", StringType()),
+    StructField("key", StringType()),  # JSON: keys keep their int/str type
+    StructField("topic", StringType()),
+    StructField("part", IntegerType()),
+    StructField("atype", StringType()),  # anomaly type / "unseen" / dead-letter reason
+    StructField("id", StringType()),
+    StructField("verdict", StringType()),
+    StructField("upd", BooleanType()),
+    StructField("decided", LongType()),  # event time (ns) of the deciding evidence
+    StructField("writer", LongType()),  # facts: the writer op
+    StructField("body", StringType()),  # JSON evidence record / fact / dead-letter detail
+    StructField("unseen", LongType()),  # stats: kmon_unseen_values
+    StructField("lag", LongType()),  # stats: worst realtime lag (ns)
+    StructField("e2e", ArrayType(LongType())),  # stats: end-to-end histogram bucket counts
+    StructField("e2e_sum", LongType()),
+    StructField("frags", LongType()),
+    StructField("state_bytes", LongType()),
+    StructField("raw", BinaryType()),  # dead letters: the event as it arrived
+])
+assert tuple(f.name for f in OUTPUT_SCHEMA.fields) == OUTPUT_COLUMNS
+
+
+def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([r.get(c) for r in rows], dtype=object)
+                         for c in OUTPUT_COLUMNS})
+
+
+def _dead_letters(reason: str, frames_: Iterator[pd.DataFrame]) -> list[dict[str, Any]]:
+    out = []
+    for pdf in frames_:  # packed rows: lists of raw values and their source positions
+        raws = [x for cell in pdf["dl_raw"].tolist() for x in cell]
+        srcs = [x for cell in pdf["dl_src"].tolist() for x in cell]
+        for raw, src in zip(raws, srcs, strict=True):
+            out.append({"kind": DEAD, "atype": reason, "id": src, "raw": raw,
+                        "body": ev.to_json({"reason": reason, "source": src})})
+    return out
+
+
+class _Timed(StatefulProcessor):
+    """Shared state plumbing: one binary value and at most one registered timer per key."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("data", STATE_SCHEMA)
+
+    def _load(self) -> bytes | None:
+        got = self.state.get()
+        return None if got is None else bytes(got[0])
+
+    def _save(self, obj: Any, watermark_ns: int, rows: list[dict[str, Any]]) -> None:
+        old = obj.timer_ms
+        new = obj.next_timer_ms(watermark_ns)
+        obj.timer_ms = new
+        data = obj.to_bytes()
+        self.state.update((data,))
+        if new != old:
+            if old is not None:
+                self.handle.deleteTimer(old)
+            if new is not None:
+                self.handle.registerTimer(new)
+        for r in rows:
+            if r["kind"] == "stats":
+                r["state_bytes"] = len(data)
+
+    def close(self) -> None:
+        pass
+
+
+def _watermark_ns(timer_values: Any) -> int:
+    wm = timer_values.getCurrentWatermarkInMs()
+    return wm * 1_000_000 if wm > 0 else 0
+
+
+class _Profile:
+    """Where the Python worker's time goes, per phase: ``KMON_MONITOR_PROFILE=1`` in the
+    workers' environment logs the totals to stderr every ~20k fragments (off by default)."""
+
+    enabled = os.environ.get("KMON_MONITOR_PROFILE") == "1"
+
+    def __init__(self) -> None:
+        self.acc: dict[str, float] = {}
+        self.t = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if self.enabled:
+            t = time.perf_counter()
+            self.acc[phase] = self.acc.get(phase, 0.0) + t - self.t
+            self.t = t
+
+    def count(self, n: int) -> None:
+        if self.enabled:
+            self.acc["fragments"] = self.acc.get("fragments", 0) + n
+            if self.acc["fragments"] >= 20_000:
+                print("kmon-monitor-profile", {k: round(v, 3) for k, v in self.acc.items()},
+                      file=sys.stderr, flush=True)
+                self.acc.clear()
+
+
+class KeyFoldProcessor(_Timed):
+    """Stage 1, grouped by (probe, key long, key string). See ``keyfold``."""
+
+    def __init__(self, settings: FoldSettings) -> None:
+        self.settings = settings
+        self.profile = _Profile()
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: Any) -> Iterator[pd.DataFrame]:
+        probe, kl, ks = key
+        if probe == frames.DEAD_PROBE:  # dead letters ride along under their reason; no state
+            yield to_frame(_dead_letters(ks, rows))
+            return
+        prof = self.profile
+        prof.lap("spark")
+        k = frames.key_of(kl, ks)
+        frags, placement = frames.fragments(k, rows)
+        prof.lap("frames")
+        data = self._load()
+        kf = KeyFold(probe, k, self.settings) if data is None else KeyFold.from_bytes(
+            probe, data, self.settings)
+        prof.lap("load")
+        wm = _watermark_ns(timerValues)
+        out = kf.batch(frags, placement, wm)
+        prof.lap("fold")
+        self._save(kf, wm, out)
+        prof.lap("save")
+        frame = to_frame(out)
+        prof.lap("output")
+        prof.count(len(frags))
+        yield frame
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any,
+                           expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+        probe = key[0]
+        data = self._load()
+        if probe == frames.DEAD_PROBE or data is None:
+            return
+        kf = KeyFold.from_bytes(probe, data, self.settings)
+        wm = _watermark_ns(timerValues)
+        out = kf.wake(wm)
+        self._save(kf, wm, out)
+        yield to_frame(out)
+
+
+class TxnFoldProcessor(_Timed):
+    """Stage 2, grouped by (probe, writer bucket). See ``txnfold`` (its clock comes with the
+    facts: no timers, no watermark of its own)."""
+
+    def __init__(self, grace_ns: int, verdict_memory: int = 1024) -> None:
+        self.grace_ns = grace_ns
+        self.verdict_memory = verdict_memory
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: Any) -> Iterator[pd.DataFrame]:
+        probe = key[0]
+        facts: list[dict[str, Any]] = []
+        for pdf in rows:
+            cols = [pdf[c].tolist() for c in FACT_FIELDS]
+            facts.extend(dict(zip(FACT_FIELDS, vals, strict=True))
+                         for vals in zip(*cols, strict=True))
+        data = self._load()
+        b = TxnBucket(probe, self.grace_ns, self.verdict_memory) if data is None else (
+            TxnBucket.from_bytes(probe, data, self.grace_ns, self.verdict_memory))
+        out = b.batch(facts)
+        self._save(b, 0, out)
+        yield to_frame(out)

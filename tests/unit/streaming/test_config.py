@@ -1,0 +1,89 @@
+"""Monitor configuration: defaults, files, overrides, and failing fast naming the setting."""
+
+from __future__ import annotations
+
+import pytest
+
+from kmon.streaming.config import ENV_CONFIG, ConfigError, load, parse_duration
+
+REQUIRED = ["kafka.bootstrap.servers=b:9092", "checkpoint=/tmp/ck"]
+
+
+def test_defaults() -> None:
+    cfg = load(overrides=REQUIRED, env={})
+    assert cfg.events_topic == "kmon-events" and cfg.anomalies_topic == "kmon-anomalies"
+    assert cfg.trigger_s == 1.0 and cfg.grace_s == 10.0 and cfg.unseen_grace_s == 60.0
+    assert cfg.metrics_port == 9464 and cfg.max_events_per_trigger == 200_000
+    assert cfg.kafka_options() == {"kafka.bootstrap.servers": "b:9092"}
+    assert cfg.stage1_checkpoint == "/tmp/ck/keys" and cfg.metrics_dir == "/tmp/ck/metrics"
+
+
+def test_yaml_file_nested_keys_and_passthrough(tmp_path) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text(
+        "kafka: {bootstrap.servers: 'k1:9093,k2:9093'}\n"
+        "checkpoint: s3a://bucket/kmon\n"
+        "topics: {events: ev, anomalies: an}\n"
+        "trigger: 500ms\n"
+        "source:\n  kafka.security.protocol: SASL_SSL\n  kafka.sasl.mechanism: PLAIN\n"
+        "producer:\n  security.protocol: SASL_SSL\n  sasl.username: kmon\n"
+        "spark:\n  master: spark://m:7077\n")
+    cfg = load(f, ["grace=2 min"], env={})
+    assert cfg.bootstrap_servers == "k1:9093,k2:9093" and cfg.checkpoint == "s3a://bucket/kmon"
+    assert (cfg.events_topic, cfg.anomalies_topic) == ("ev", "an")
+    assert cfg.trigger_s == 0.5 and cfg.grace_s == 120
+    assert cfg.kafka_options()["kafka.security.protocol"] == "SASL_SSL"
+    assert cfg.producer()["sasl.username"] == "kmon"
+    assert cfg.spark_conf == {"master": "spark://m:7077"}
+
+
+def test_config_path_from_environment(tmp_path) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text("kafka.bootstrap.servers: x:1\ncheckpoint: /c\n")
+    assert load(env={ENV_CONFIG: str(f)}).bootstrap_servers == "x:1"
+
+
+@pytest.mark.parametrize("override, names", [
+    (["trigger=soon"], "trigger"),
+    (["grace=0"], "grace"),
+    (["metrics.port=70000"], "metrics.port"),
+    (["topics.events=bad topic"], "topics.events"),
+    (["topics.facts=kmon-events"], "topics"),
+    (["max.events.per.trigger=lots"], "max.events.per.trigger"),
+    (["starting.offsets=yesterday"], "starting.offsets"),
+    (["tirgger=1s"], "tirgger"),
+    (["no-equals-sign"], "no-equals-sign"),
+])
+def test_bad_settings_fail_naming_the_key(override, names) -> None:
+    with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
+        load(overrides=[*REQUIRED, *override], env={})
+
+
+@pytest.mark.parametrize("missing", ["kafka.bootstrap.servers", "checkpoint"])
+def test_required_settings(missing) -> None:
+    given = [s for s in REQUIRED if not s.startswith(missing)]
+    with pytest.raises(ConfigError, match=f"{missing} is required"):
+        load(overrides=given, env={})
+
+
+def test_bad_file(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="config file"):
+        load(tmp_path / "absent.yaml", env={})
+    f = tmp_path / "list.yaml"
+    f.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load(f, env={})
+
+
+def test_durations() -> None:
+    assert parse_duration("x", "250ms") == 0.25
+    assert parse_duration("x", "2 minutes") == 120
+    assert parse_duration("x", 3) == 3.0
+    assert parse_duration("x", "1h") == 3600
+    with pytest.raises(ConfigError):
+        parse_duration("x", True)
+
+
+def test_zero_disables_unseen_and_skew_checks() -> None:
+    cfg = load(overrides=[*REQUIRED, "unseen.grace=0", "max.future.skew=0"], env={})
+    assert cfg.unseen_grace_s is None and cfg.max_future_skew_s is None

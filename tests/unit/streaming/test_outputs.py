@@ -1,0 +1,158 @@
+"""The driver's outputs: delivered, counted once, skipped on replay, restored on restart."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kmon.streaming.keyfold import ANOMALY, DEAD, FACT, STATS, UNSEEN
+from kmon.streaming.metrics import E2E_BUCKETS, MonitorMetrics, registry_with
+from kmon.streaming.outputs import KEYS, TRANSACTIONS, DeliveryError, Outputs
+from kmon.streaming.snapshots import LocalSnapshotStore
+
+
+class FakeMsg:
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+
+    def topic(self) -> str:
+        return self._topic
+
+
+class FakeProducer:
+    def __init__(self, fail: bool = False) -> None:
+        self.sent: list[tuple] = []
+        self.pending: list = []
+        self.fail = fail
+
+    def produce(self, topic, value=None, key=None, headers=None, on_delivery=None):
+        self.sent.append((topic, key, value, headers))
+        self.pending.append((on_delivery, topic))
+
+    def poll(self, timeout):
+        return 0
+
+    def flush(self, timeout):
+        for cb, topic in self.pending:
+            cb("broker said no" if self.fail else None, FakeMsg(topic))
+        self.pending = []
+        return 0
+
+
+def _row(kind: str, **kw):
+    base = {"kind": kind, "probe": "p", "key": "1", "topic": "t", "part": 0, "atype": None,
+            "id": None, "verdict": None, "upd": False, "decided": None, "writer": None,
+            "body": None, "unseen": None, "lag": None, "e2e": None, "e2e_sum": None,
+            "frags": 0, "state_bytes": 0, "raw": None}
+    base.update(kw)
+    return base
+
+
+def _evidence(rid: str, anomaly: str = "lost-write", update: bool = False) -> dict:
+    body = {"id": rid, "verdict": rid, "update": update, "anomaly": anomaly, "record": {}}
+    return _row(ANOMALY, atype=anomaly, id=rid, verdict=rid, upd=update, decided=1_000_000_000,
+                body=json.dumps(body))
+
+
+def _outputs(tmp_path, producer=None, metrics=None, now=2.0):
+    return Outputs(anomalies_topic="an", facts_topic="fa", dead_letter_topic="dl",
+                   producer=producer or FakeProducer(), metrics=metrics or MonitorMetrics(),
+                   store=LocalSnapshotStore(tmp_path / "metrics"), e2e_bounds_s=E2E_BUCKETS,
+                   clock=lambda: now)
+
+
+def _count(m: MonitorMetrics, anomaly: str = "lost-write") -> float | None:
+    return registry_with(m).get_sample_value(
+        "kmon_anomalies_total", {"anomaly": anomaly, "topic": "t", "partition": "0"})
+
+
+def test_batch_delivers_and_counts(tmp_path) -> None:
+    out = _outputs(tmp_path)
+    rows = [_evidence("a1"), _evidence("a1b", update=True),
+            _row(UNSEEN, atype="unseen", id="u1", body=json.dumps({"id": "u1"})),
+            _row(FACT, body="[]"),
+            _row(DEAD, atype="undecodable", id="ev:0:5", raw=b"\x00junk"),
+            _row(STATS, unseen=2, lag=3_000_000_000, e2e=[1] + [0] * 15, e2e_sum=1000)]
+    out.handle(KEYS, 0, rows)
+    sent = out.producer.sent
+    assert [(t, k) for t, k, _, _ in sent] == [("an", "a1"), ("an", "a1b"), ("an", "u1"),
+                                               ("fa", "p/1"), ("dl", "ev:0:5")]
+    assert json.loads(sent[0][2])["detected_at"] == 2_000_000_000
+    assert sent[4][2] == b"\x00junk"
+    assert dict(sent[4][3])["kmon-dead-letter-reason"] == b"undecodable"
+    m = out.metrics
+    assert _count(m) == 1  # the update is evidence, not a new verdict
+    reg = registry_with(m)
+    assert reg.get_sample_value("kmon_detection_latency_seconds_sum",
+                                {"anomaly": "lost-write"}) == pytest.approx(1.0)
+    assert reg.get_sample_value("kmon_dead_letters_total", {"reason": "undecodable"}) == 1
+    assert reg.get_sample_value("kmon_unseen_verdicts_total", {"topic": "t",
+                                                              "partition": "0"}) == 1
+    assert reg.get_sample_value("kmon_unseen_values", {"topic": "t", "partition": "0"}) == 2
+    assert reg.get_sample_value("kmon_realtime_lag_seconds", {"topic": "t",
+                                                             "partition": "0"}) == 3.0
+
+
+def test_replayed_batch_is_skipped_whole(tmp_path) -> None:
+    out = _outputs(tmp_path)
+    out.handle(KEYS, 0, [_evidence("a1")])
+    out.handle(KEYS, 0, [_evidence("a1")])  # Spark replays batch 0 after a crash
+    assert _count(out.metrics) == 1 and len(out.producer.sent) == 1
+    out.handle(TRANSACTIONS, 0, [_evidence("t1", "torn-transaction")])  # stages count apart
+    assert _count(out.metrics, "torn-transaction") == 1
+
+
+def test_restart_continues_counters_and_recognises_replays(tmp_path) -> None:
+    first = _outputs(tmp_path)
+    first.handle(KEYS, 0, [_evidence("a1")])
+    first.handle(KEYS, 1, [_evidence("a2")])
+    first.progress(KEYS, {"batchId": 1, "numInputRows": 40, "durationMs": {}, "eventTime": {}})
+    again = _outputs(tmp_path)  # a new driver: fresh metrics, same checkpoint
+    assert again.restore() is not None
+    assert _count(again.metrics) == 2
+    again.handle(KEYS, 1, [_evidence("a2")])  # replay of the last batch: nothing new
+    again.handle(KEYS, 2, [_evidence("a3")])
+    again.progress(KEYS, {"batchId": 1, "numInputRows": 40, "durationMs": {}, "eventTime": {}})
+    assert _count(again.metrics) == 3
+    assert registry_with(again.metrics).get_sample_value("kmon_monitor_events_total") == 40
+
+
+def test_failed_delivery_fails_the_batch_and_counts_nothing(tmp_path) -> None:
+    out = _outputs(tmp_path, producer=FakeProducer(fail=True))
+    with pytest.raises(DeliveryError):
+        out.handle(KEYS, 0, [_evidence("a1")])
+    assert not _count(out.metrics)
+    out.producer.fail = False
+    out.handle(KEYS, 0, [_evidence("a1")])  # Spark retries the batch
+    assert _count(out.metrics) == 1
+
+
+def test_progress_reports(tmp_path) -> None:
+    out = _outputs(tmp_path, now=1_700_000_010.0)
+    out.progress(KEYS, {"batchId": 3, "numInputRows": 100, "inputRowsPerSecond": 50.0,
+                        "durationMs": {"triggerExecution": 800},
+                        "eventTime": {"watermark": "2023-11-14T22:13:20.000Z"},
+                        "stateOperators": [{"numRowsTotal": 64, "memoryUsedBytes": 4096}]})
+    out.progress(TRANSACTIONS, {"batchId": 9, "numInputRows": 5, "durationMs": {},
+                                "stateOperators": [{"numRowsTotal": 16,
+                                                    "memoryUsedBytes": 100}]})
+    reg = registry_with(out.metrics)
+    assert reg.get_sample_value("kmon_monitor_events_total") == 100  # stage 1's input only
+    assert reg.get_sample_value("kmon_monitor_watermark_delay_seconds") == pytest.approx(10.0)
+    assert reg.get_sample_value("kmon_monitor_state_rows", {"operator": "keys"}) == 64
+    assert reg.get_sample_value("kmon_monitor_state_rows", {"operator": "transactions"}) == 16
+    assert reg.get_sample_value("kmon_monitor_batch_duration_seconds_sum") == 0.8
+
+
+def test_snapshots_keep_the_newest_and_survive_a_torn_file(tmp_path) -> None:
+    store = LocalSnapshotStore(tmp_path)
+    for n in range(6):
+        store.save({"n": n})
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 4 and names[-1].endswith("000006.json")
+    (tmp_path / names[-1]).write_text("{not json")
+    again = LocalSnapshotStore(tmp_path)
+    assert again.load()["n"] == 4
+    again.save({"n": 7})  # numbering continues past the torn one
+    assert LocalSnapshotStore(tmp_path).load()["n"] == 7
