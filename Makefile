@@ -44,3 +44,4 @@ integration: setup
 # Benchmarks print figures; nothing is asserted. Run them on a quiet machine.
 bench: setup
 	$(BIN)/python bench/bench_checker.py
+	$(BIN)/python bench/bench_monitor.py
