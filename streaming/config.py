@@ -3,7 +3,10 @@
 Sources, later ones winning: built-in defaults, a YAML file (``--config``, or the path in
 ``KMON_MONITOR_CONFIG``), then ``key=value`` overrides (``--set``). A bad or unknown key fails
 before Spark starts, with a message naming it (``ConfigError``). Nothing is read from the
-machine beyond those, so the same file runs the monitor locally and with ``spark-submit``.
+machine beyond those, so the same file runs the monitor locally and with ``spark-submit``,
+except what a value names itself: ``${env:NAME}`` is replaced by that environment variable and
+``${file:PATH}`` by that file's text, on the driver at start (how the Helm chart keeps SASL
+credentials and client keys out of its ConfigMap). Executors get the resolved options.
 
 Keys (``KEYS`` has each key's meaning; ``docs/monitor.md`` the full table):
 
@@ -159,7 +162,7 @@ def load(path: str | os.PathLike[str] | None = None,
             if not sep or not key.strip():
                 raise ConfigError(f"override {item!r}: expected key=value")
             values[key.strip()] = value.strip()
-    return from_mapping(values)
+    return from_mapping(values, env)
 
 
 def read_file(path: Path) -> dict[str, Any]:
@@ -191,8 +194,37 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def from_mapping(values: Mapping[str, Any]) -> MonitorConfig:
-    """Validate flat ``values`` (dotted keys) into a ``MonitorConfig``; ConfigError if bad."""
+_REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
+
+
+def resolve_references(key: str, value: Any, env: Mapping[str, str]) -> Any:
+    """``value`` with each ``${env:NAME}`` / ``${file:PATH}`` replaced; ConfigError naming
+    ``key`` if the variable is unset or the file unreadable. Non-strings pass unchanged."""
+    if not isinstance(value, str):
+        return value
+
+    def one(m: re.Match[str]) -> str:
+        kind, name = m.group(1), m.group(2)
+        if kind == "env":
+            if name not in env:
+                raise ConfigError(f"{key}: environment variable {name} is not set")
+            return env[name]
+        try:
+            return Path(name).read_text()
+        except OSError as e:
+            raise ConfigError(f"{key}: cannot read {name}: {e.strerror or e}") from None
+
+    return _REFERENCE.sub(one, value)
+
+
+def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
+                 ) -> MonitorConfig:
+    """Validate flat ``values`` (dotted keys) into a ``MonitorConfig``; ConfigError if bad.
+
+    References in values are resolved from ``env`` (default ``os.environ``) and files.
+    """
+    env = os.environ if env is None else env
+    values = {k: resolve_references(k, v, env) for k, v in values.items()}
     settings = {k: d for k, (d, _) in KEYS.items()}
     passthrough: dict[str, dict[str, str]] = {p: {} for p in PREFIXES}
     for key, value in values.items():

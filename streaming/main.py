@@ -59,6 +59,8 @@ def settings_help() -> str:
         shown = "(required)" if key in config.REQUIRED else ("-" if default is None else default)
         lines.append(f"{key:26} {shown!s:>14}  {meaning}")
     lines += [f"{p + '*':26} {'':>14}  {meaning}" for p, meaning in config.PREFIXES.items()]
+    lines.append("Values may name ${env:NAME} (an environment variable) and ${file:PATH} (a "
+                 "file's text), resolved at start.")
     return "\n".join(lines)
 
 

@@ -9,6 +9,10 @@ starts again from zero.
 Label sets are bounded: ``topic``/``partition`` range over probe topics (a key without a
 placement is labelled topic ``unknown`` and its key as the partition), ``anomaly`` over the
 checker's names, ``reason`` over ``decode.REASONS``, ``operator`` over the two stages.
+
+``kmon_anomalies_total`` (every anomaly type) and ``kmon_unseen_verdicts_total`` are exported at
+0 for each topic/partition the monitor has seen, so an alert's ``increase()`` fires on the first
+anomaly (a series born at 1 has no increase) and dashboards show zeros, not "no data".
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from kmon.checker.anomaly import ANOMALY_TYPES
 
 # Bucket upper bounds (seconds). The end-to-end histogram's bounds are also the folds'.
 E2E_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -196,11 +202,20 @@ class MonitorMetrics(Collector):
                 self.detection[a].load(raw)
 
     # -- export ---------------------------------------------------------------------------
+    def _placements_seen(self) -> set[tuple[str, str]]:
+        """(topic, partition) of every key with stats or verdicts: the zero series' labels."""
+        seen = {(t, p) for t, p, _ in self.unseen_values.values()}
+        seen |= {(t, p) for t, p, _ in self.lags.values()}
+        seen |= {(t, p) for _, t, p in self.anomalies}
+        return seen | set(self.unseen_verdicts)
+
     def collect(self) -> Iterator[Any]:
         with self.lock:
             c = CounterMetricFamily(ANOMALIES, "Verdicts emitted, each anomaly once.",
                                     labels=["anomaly", "topic", "partition"])
-            for (a, t, p), n in sorted(self.anomalies.items()):
+            seen = self._placements_seen()
+            anomalies = {(a, *tp): 0 for a in ANOMALY_TYPES for tp in seen} | self.anomalies
+            for (a, t, p), n in sorted(anomalies.items()):
                 c.add_metric([a, t, p], n)
             yield c
             g = GaugeMetricFamily(UNSEEN_VALUES, "Acknowledged values no poll has returned yet.",
@@ -211,7 +226,7 @@ class MonitorMetrics(Collector):
             c = CounterMetricFamily(UNSEEN_VERDICTS,
                                     "Values unseen for longer than the unseen grace period.",
                                     labels=["topic", "partition"])
-            for (t, p), n in sorted(self.unseen_verdicts.items()):
+            for (t, p), n in sorted(({tp: 0 for tp in seen} | self.unseen_verdicts).items()):
                 c.add_metric([t, p], n)
             yield c
             g = GaugeMetricFamily(REALTIME_LAG,

@@ -8,6 +8,9 @@ than taking the others down. Prometheus scrapes them as jobs ``kmon-probe`` and
 
 Ports: the probe's metrics on ``metrics(0)``, the monitor's on ``metrics(1)`` (see
 ``kmon.local.ports``). State under ``<KMON_HOME>/run/``.
+
+The stack never starts or stops the cluster: it only needs its bootstrap servers, so the
+children can run against any running cluster (``kmon run``'s, or the test suite's).
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from kmon import env
-from kmon.local.cluster import LocalCluster
 from kmon.local.ports import Ports
 from kmon.local.prometheus import LocalPrometheus
 
@@ -67,6 +70,13 @@ class Child:
         return self.proc.returncode
 
 
+class Cluster(Protocol):
+    """What the stack needs of a cluster (``LocalCluster`` has it)."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+
 @dataclass
 class StackOptions:
     probe: bool = True
@@ -74,6 +84,8 @@ class StackOptions:
     prometheus: bool = True
     probe_args: list[str] = field(default_factory=list)
     monitor_args: list[str] = field(default_factory=list)
+    events_topic: str = EVENTS_TOPIC
+    scrape_interval: str = "5s"
 
 
 def _kmon(*args: str) -> list[str]:
@@ -81,7 +93,7 @@ def _kmon(*args: str) -> list[str]:
 
 
 class LocalStack:
-    def __init__(self, cluster: LocalCluster, options: StackOptions | None = None,
+    def __init__(self, cluster: Cluster, options: StackOptions | None = None,
                  home: str | os.PathLike[str] | None = None,
                  port_base: int | None = None) -> None:
         self.cluster = cluster
@@ -95,7 +107,7 @@ class LocalStack:
     # -- what runs ----------------------------------------------------------------------------
     def probe_child(self) -> Child:
         argv = _kmon("probe", "--bootstrap-servers", self.cluster.bootstrap,
-                     "--events-topic", EVENTS_TOPIC,
+                     "--events-topic", self.options.events_topic,
                      "--metrics-port", str(self.ports.metrics(PROBE_SLOT)),
                      "--history", str(self.root / "history.jsonl"),
                      *self.options.probe_args)
@@ -103,7 +115,7 @@ class LocalStack:
 
     def monitor_child(self) -> Child:
         argv = _kmon("monitor", "--bootstrap-servers", self.cluster.bootstrap,
-                     "--events-topic", EVENTS_TOPIC,
+                     "--events-topic", self.options.events_topic,
                      "--metrics-port", str(self.ports.metrics(MONITOR_SLOT)),
                      "--checkpoint", str(self.root / "checkpoint"),
                      *self.options.monitor_args)
@@ -124,7 +136,8 @@ class LocalStack:
 
             self.prometheus = LocalPrometheus(self.home, self.ports.base,
                                               targets=self.scrape_targets(),
-                                              rule_files=[rules_file()])
+                                              rule_files=[rules_file()],
+                                              scrape_interval=self.options.scrape_interval)
             self.prometheus.up()
             say(f"prometheus: {self.prometheus.url} (alert rules loaded)")
         wanted: Sequence[tuple[bool, Callable[[], Child]]] = (

@@ -8,16 +8,12 @@ prometheus_client. To run the same checks against a real probe and monitor, set
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,21 +22,7 @@ from kmon.dashboards.grafana import expressions
 from kmon.local.prometheus import LocalPrometheus
 from tests.helpers import wait_until
 from tests.integration import ops_exporter
-
-# What Grafana substitutes, as Grafana would for a 1-hour dashboard with "All" selected.
-GRAFANA_VARS = {
-    "$__rate_interval": "1m",
-    "$__range": "5m",
-    "$topic": ".*",
-    "$partition": ".*",
-}
-
-
-def substitute(expr: str) -> str:
-    for var, value in GRAFANA_VARS.items():
-        expr = expr.replace(var, value)
-    assert "$" not in expr, f"unsubstituted variable in {expr}"
-    return expr
+from tests.integration.promapi import Prom, dashboard_queries, substitute
 
 
 def _free_port_base() -> int:
@@ -69,27 +51,6 @@ def _targets() -> Iterator[dict[str, list[str]]]:
         }
 
 
-class Prom:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def get(self, path: str, **params: Any) -> dict[str, Any]:
-        query = urllib.parse.urlencode(params, doseq=True)
-        try:
-            with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as r:
-                return json.load(r)
-        except urllib.error.HTTPError as e:  # 400/422: a query that does not parse or run
-            return json.load(e)
-
-    def query(self, expr: str) -> dict[str, Any]:
-        return self.get("/api/v1/query", query=expr)
-
-    def series_of(self, expr: str) -> list[dict[str, Any]]:
-        body = self.query(expr)
-        assert body["status"] == "success", f"{expr}: {body.get('error')}"
-        return body["data"]["result"]
-
-
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
     if tools.find("prometheus") is None or tools.find("promtool") is None:
@@ -105,12 +66,8 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
         stack.callback(local.down)
         p = Prom(local.url)
 
-        def all_up() -> bool:
-            active = p.get("/api/v1/targets")["data"]["activeTargets"]
-            jobs = {t["labels"]["job"] for t in active if t["health"] == "up"}
-            return set(targets) <= jobs
-
-        wait_until(all_up, "Prometheus scrapes every kmon target", timeout=60)
+        wait_until(lambda: set(targets) <= p.jobs_up(), "Prometheus scrapes every kmon target",
+                   timeout=60)
         yield p
 
 
@@ -118,11 +75,8 @@ def _returns_series(p: Prom, expr: str) -> bool:
     return len(p.series_of(expr)) > 0
 
 
-DASHBOARD_QUERIES = [
-    pytest.param(uid, title, expr, id=f"{uid}:{title}")
-    for uid, build in layout.DASHBOARDS.items()
-    for title, expr in expressions(build())
-]
+DASHBOARD_QUERIES = [pytest.param(uid, title, expr, id=f"{uid}:{title}")
+                     for uid, title, expr in dashboard_queries()]
 
 
 @pytest.mark.parametrize(("uid", "title", "expr"), DASHBOARD_QUERIES)
@@ -151,21 +105,8 @@ def test_template_variable_has_values(prom: Prom, name: str, query: str) -> None
 
 
 def test_rules_are_loaded_and_evaluate_without_error(prom: Prom) -> None:
-    expected = {g["name"] for g in rules.prometheus_rules()["groups"]}
-
-    def evaluated() -> bool:
-        groups = prom.get("/api/v1/rules")["data"]["groups"]
-        # Not yet evaluated rules report the zero time.
-        return {g["name"] for g in groups} == expected and all(
-            not r.get("lastEvaluation", "0001").startswith("0001")
-            for g in groups for r in g["rules"]
-        )
-
-    wait_until(evaluated, "every rule group loaded and evaluated", timeout=60)
-    groups = prom.get("/api/v1/rules")["data"]["groups"]
-    bad = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"]
-           if r["health"] != "ok"]
-    assert not bad
+    wait_until(prom.rules_evaluated, "every rule group loaded and evaluated", timeout=60)
+    assert not prom.unhealthy_rules()
 
 
 @pytest.mark.parametrize("alert", [a.name for a in rules.alerts()])

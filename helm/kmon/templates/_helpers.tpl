@@ -64,40 +64,135 @@ app.kubernetes.io/component: {{ . }}
 {{- default (printf "%s-kafka" (include "kmon.fullname" .)) .Values.kafka.sasl.existingSecret }}
 {{- end }}
 
-{{/* Environment both probe and monitor read: the connection, the topics, the isolation. */}}
+{{/* librdkafka security settings (probe clients, the monitor's driver producer, `kmon
+investigate`), as a YAML mapping: callers `fromYaml` it. Credentials are never in it. */}}
+{{- define "kmon.kafka.librdkafka" -}}
+{{- $c := dict "security.protocol" .Values.kafka.securityProtocol }}
+{{- if eq (include "kmon.kafka.sasl" .) "true" }}
+{{- $_ := set $c "sasl.mechanism" .Values.kafka.sasl.mechanism }}
+{{- end }}
+{{- if eq (include "kmon.kafka.tls" .) "true" }}
+{{- $_ := set $c "ssl.ca.location" "/etc/kmon/kafka-tls/ca.crt" }}
+{{- $_ := set $c "ssl.endpoint.identification.algorithm" (ternary "https" "none" .Values.kafka.tls.verifyHostname) }}
+{{- if .Values.kafka.tls.clientCertificate }}
+{{- $_ := set $c "ssl.certificate.location" "/etc/kmon/kafka-tls/tls.crt" }}
+{{- $_ := set $c "ssl.key.location" "/etc/kmon/kafka-tls/tls.key" }}
+{{- end }}
+{{- end }}
+{{- range $key, $value := .Values.kafka.extraConfig }}
+{{- $_ := set $c $key $value }}
+{{- end }}
+{{- toYaml $c }}
+{{- end }}
+
+{{/* The same security for the Java Kafka client of the monitor's Spark Kafka source, as
+monitor settings (`source.kafka.*`). The credentials are `${env:...}` references the monitor
+resolves from the Secret-fed environment; PEM files (KIP-651) stand in for keystores. */}}
+{{- define "kmon.kafka.javaSource" -}}
+{{- $c := dict "source.kafka.security.protocol" .Values.kafka.securityProtocol }}
+{{- if eq (include "kmon.kafka.sasl" .) "true" }}
+{{- $mech := .Values.kafka.sasl.mechanism }}
+{{- $module := ternary "org.apache.kafka.common.security.plain.PlainLoginModule" "org.apache.kafka.common.security.scram.ScramLoginModule" (eq $mech "PLAIN") }}
+{{- $_ := set $c "source.kafka.sasl.mechanism" $mech }}
+{{- $_ := set $c "source.kafka.sasl.jaas.config" (printf "%s required username=\"${env:KMON_SASL_USERNAME}\" password=\"${env:KMON_SASL_PASSWORD}\";" $module) }}
+{{- end }}
+{{- if eq (include "kmon.kafka.tls" .) "true" }}
+{{- $_ := set $c "source.kafka.ssl.truststore.type" "PEM" }}
+{{- $_ := set $c "source.kafka.ssl.truststore.location" "/etc/kmon/kafka-tls/ca.crt" }}
+{{- /* Java disables host name checks with an empty algorithm, librdkafka with "none". */}}
+{{- $_ := set $c "source.kafka.ssl.endpoint.identification.algorithm" (ternary "https" "" .Values.kafka.tls.verifyHostname) }}
+{{- if .Values.kafka.tls.clientCertificate }}
+{{- $_ := set $c "source.kafka.ssl.keystore.type" "PEM" }}
+{{- $_ := set $c "source.kafka.ssl.keystore.certificate.chain" "${file:/etc/kmon/kafka-tls/tls.crt}" }}
+{{- $_ := set $c "source.kafka.ssl.keystore.key" "${file:/etc/kmon/kafka-tls/tls.key}" }}
+{{- end }}
+{{- end }}
+{{- toYaml $c }}
+{{- end }}
+
+{{/* `kmon probe --config /etc/kmon/config/probe.yaml`: its settings (kmon.probes.config). */}}
+{{- define "kmon.probe.config" -}}
+{{- $sec := include "kmon.kafka.librdkafka" . | fromYaml }}
+{{- $c := dict "kafka.bootstrap.servers" (required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers) }}
+{{- range $key, $value := $sec }}
+{{- $_ := set $c (printf "kafka.%s" $key) $value }}
+{{- end }}
+{{- with .Values.kafka.eventsBootstrapServers }}
+{{- /* A separate events cluster: the probe takes none of kafka.* for it, so repeat them. */}}
+{{- $_ := set $c "events.kafka.bootstrap.servers" . }}
+{{- range $key, $value := $sec }}
+{{- $_ := set $c (printf "events.kafka.%s" $key) $value }}
+{{- end }}
+{{- end }}
+{{- $_ := set $c "events.topic" .Values.kafka.eventsTopic }}
+{{- $_ := set $c "consumer.isolation.level" .Values.isolation }}
+{{- $_ := set $c "metrics.port" .Values.probe.metricsPort }}
+{{- toYaml $c }}
+{{- end }}
+
+{{/* `kmon monitor --config /etc/kmon/config/monitor.yaml`: its settings (kmon.streaming.config).
+It only touches kmon's own topics, so it connects to the events cluster. */}}
+{{- define "kmon.monitor.config" -}}
+{{- $c := include "kmon.kafka.javaSource" . | fromYaml }}
+{{- range $key, $value := include "kmon.kafka.librdkafka" . | fromYaml }}
+{{- $_ := set $c (printf "producer.%s" $key) $value }}
+{{- end }}
+{{- if eq (include "kmon.kafka.sasl" .) "true" }}
+{{- $_ := set $c "producer.sasl.username" "${env:KMON_SASL_USERNAME}" }}
+{{- $_ := set $c "producer.sasl.password" "${env:KMON_SASL_PASSWORD}" }}
+{{- end }}
+{{- $_ := set $c "kafka.bootstrap.servers" (default (required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers) .Values.kafka.eventsBootstrapServers) }}
+{{- $_ := set $c "topics.events" .Values.kafka.eventsTopic }}
+{{- $_ := set $c "topics.anomalies" .Values.kafka.anomaliesTopic }}
+{{- $_ := set $c "topics.dead-letters" .Values.kafka.deadLetterTopic }}
+{{- $_ := set $c "checkpoint" (include "kmon.monitor.checkpoint" .) }}
+{{- $_ := set $c "metrics.port" .Values.monitor.metricsPort }}
+{{- if eq .Values.monitor.mode "client" }}
+{{- /* In operator mode spark-submit sets the master. */}}
+{{- $_ := set $c "spark.master" (ternary "k8s://https://kubernetes.default.svc:443" .Values.monitor.spark.master (eq (include "kmon.monitor.k8sExecutors" .) "true")) }}
+{{- end }}
+{{- toYaml $c }}
+{{- end }}
+
+{{/* Environment of probe and driver containers. The SASL credentials feed the probe
+(KMON_PROBE_*) and the monitor (its config's ${env:KMON_SASL_*}); the rest is what
+`kmon investigate`, run in the pod, reads by default. */}}
 {{- define "kmon.kafka.env" -}}
-- name: KMON_BOOTSTRAP
-  value: {{ required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers | quote }}
 - name: KMON_EVENTS_BOOTSTRAP
   value: {{ default .Values.kafka.bootstrapServers .Values.kafka.eventsBootstrapServers | quote }}
 - name: KMON_EVENTS_TOPIC
   value: {{ .Values.kafka.eventsTopic | quote }}
 - name: KMON_ANOMALIES_TOPIC
   value: {{ .Values.kafka.anomaliesTopic | quote }}
-- name: KMON_DEAD_LETTER_TOPIC
-  value: {{ .Values.kafka.deadLetterTopic | quote }}
 - name: KMON_ISOLATION
   value: {{ .Values.isolation | quote }}
 - name: KMON_KAFKA_CONFIG
-  value: /etc/kmon/kafka/client.properties
+  value: /etc/kmon/config/client.properties
 {{- if eq (include "kmon.kafka.sasl" .) "true" }}
-- name: KMON_SASL_USERNAME
+{{- $secret := include "kmon.kafka.secretName" . }}
+{{- range $var, $key := dict "KMON_SASL_USERNAME" "username" "KMON_SASL_PASSWORD" "password" "KMON_PROBE_KAFKA_SASL_USERNAME" "username" "KMON_PROBE_KAFKA_SASL_PASSWORD" "password" }}
+- name: {{ $var }}
   valueFrom:
     secretKeyRef:
-      name: {{ include "kmon.kafka.secretName" . }}
-      key: username
-- name: KMON_SASL_PASSWORD
+      name: {{ $secret }}
+      key: {{ $key }}
+{{- end }}
+{{- if $.Values.kafka.eventsBootstrapServers }}
+{{- range $var, $key := dict "KMON_PROBE_EVENTS_KAFKA_SASL_USERNAME" "username" "KMON_PROBE_EVENTS_KAFKA_SASL_PASSWORD" "password" }}
+- name: {{ $var }}
   valueFrom:
     secretKeyRef:
-      name: {{ include "kmon.kafka.secretName" . }}
-      key: password
+      name: {{ $secret }}
+      key: {{ $key }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 
 {{- define "kmon.kafka.volumes" -}}
-- name: kafka-config
+- name: config
   configMap:
-    name: {{ include "kmon.fullname" . }}-kafka
+    name: {{ include "kmon.fullname" . }}-config
 {{- if eq (include "kmon.kafka.tls" .) "true" }}
 - name: kafka-tls
   secret:
@@ -108,8 +203,8 @@ app.kubernetes.io/component: {{ . }}
 {{- end }}
 
 {{- define "kmon.kafka.volumeMounts" -}}
-- name: kafka-config
-  mountPath: /etc/kmon/kafka
+- name: config
+  mountPath: /etc/kmon/config
   readOnly: true
 {{- if eq (include "kmon.kafka.tls" .) "true" }}
 - name: kafka-tls
@@ -151,17 +246,11 @@ app.kubernetes.io/component: {{ . }}
 
 {{- define "kmon.monitor.args" -}}
 - monitor
+- --config
+- /etc/kmon/config/monitor.yaml
 {{- range .Values.monitor.extraArgs }}
 - {{ . | quote }}
 {{- end }}
-{{- end }}
-
-{{/* The monitor's own settings, beyond the Kafka connection. */}}
-{{- define "kmon.monitor.env" -}}
-- name: KMON_METRICS_PORT
-  value: {{ .Values.monitor.metricsPort | quote }}
-- name: KMON_CHECKPOINT
-  value: {{ include "kmon.monitor.checkpoint" . | quote }}
 {{- end }}
 
 {{/* Pod-level scheduling settings of driver and executors. */}}

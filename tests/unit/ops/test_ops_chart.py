@@ -68,6 +68,11 @@ def by_kind(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
 
 
+def monitor_settings(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The monitor's settings file as the chart rendered it."""
+    return yaml.safe_load(by_kind(objs, "ConfigMap")["t-kmon-config"]["data"]["monitor.yaml"])
+
+
 def env_of(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
 
@@ -158,9 +163,9 @@ def test_client_mode_with_kubernetes_executors(helm: str) -> None:
     monitor = by_kind(objs, "Deployment")["t-kmon-monitor"]
     pod = monitor["spec"]["template"]["spec"]
     assert monitor["spec"]["replicas"] == 1 and monitor["spec"]["strategy"]["type"] == "Recreate"
-    env = env_of(pod["containers"][0])
-    assert env["KMON_SPARK_MASTER"] == "k8s://https://kubernetes.default.svc:443"
-    assert env["KMON_CHECKPOINT"] == "/var/lib/kmon/checkpoint"
+    settings = monitor_settings(objs)
+    assert settings["spark.master"] == "k8s://https://kubernetes.default.svc:443"
+    assert settings["checkpoint"] == "/var/lib/kmon/checkpoint"
     assert pod["automountServiceAccountToken"] is True  # it creates executor pods
     services = by_kind(objs, "Service")
     assert services["t-kmon-driver"]["spec"]["clusterIP"] == "None"
@@ -174,7 +179,7 @@ def test_client_mode_with_kubernetes_executors(helm: str) -> None:
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
     template = yaml.safe_load(by_kind(objs, "ConfigMap")["t-kmon-spark"]["data"][
         "executor-pod-template.yaml"])
-    assert {v["name"] for v in template["spec"]["volumes"]} >= {"checkpoint", "kafka-config"}
+    assert {v["name"] for v in template["spec"]["volumes"]} >= {"checkpoint", "config"}
 
 
 def test_local_master_needs_no_api_access(helm: str) -> None:
@@ -182,8 +187,8 @@ def test_local_master_needs_no_api_access(helm: str) -> None:
     pod = by_kind(objs, "Deployment")["t-kmon-monitor"]["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["serviceAccountName"] == "kmon"
-    assert env_of(pod["containers"][0])["KMON_SPARK_MASTER"] == "local[2]"
-    assert env_of(pod["containers"][0])["KMON_CHECKPOINT"] == "s3a://kmon-checkpoints/prod"
+    assert monitor_settings(objs)["spark.master"] == "local[2]"
+    assert monitor_settings(objs)["checkpoint"] == "s3a://kmon-checkpoints/prod"
     assert by_kind(objs, "Role") == {} and by_kind(objs, "PersistentVolumeClaim") == {}
     assert "t-kmon-driver" not in by_kind(objs, "Service")
     assert "t-kmon-probe" not in by_kind(objs, "Deployment")
@@ -196,7 +201,8 @@ def test_operator_mode_renders_a_spark_application_the_service_selects(helm: str
     app = by_kind(objs, "SparkApplication")["t-kmon-monitor"]["spec"]
     assert app["type"] == "Python" and app["mode"] == "cluster"
     assert app["mainApplicationFile"] == "local:///opt/kmon/kmon_main.py"
-    assert app["arguments"] == ["monitor"]
+    assert app["arguments"] == ["monitor", "--config", "/etc/kmon/config/monitor.yaml"]
+    assert "spark.master" not in monitor_settings(objs)  # spark-submit's
     selector = by_kind(objs, "Service")["t-kmon-monitor"]["spec"]["selector"]
     assert selector.items() <= app["driver"]["labels"].items()
     assert not selector.items() <= app["executor"]["labels"].items()
@@ -210,17 +216,17 @@ def test_sasl_ssl_with_mutual_tls(helm: str) -> None:
     objs = objects(helm, "-f", str(CHART / "ci" / "operator-sasl-ssl-values.yaml"))
     secret = by_kind(objs, "Secret")["t-kmon-kafka"]
     assert secret["stringData"] == {"username": "kmon", "password": "s3cret"}
-    props = by_kind(objs, "ConfigMap")["t-kmon-kafka"]["data"]["client.properties"]
-    assert props.splitlines() == [
-        "security.protocol=SASL_SSL",
-        "sasl.mechanism=SCRAM-SHA-256",
-        "ssl.ca.location=/etc/kmon/kafka-tls/ca.crt",
-        "ssl.endpoint.identification.algorithm=https",
-        "ssl.certificate.location=/etc/kmon/kafka-tls/tls.crt",
-        "ssl.key.location=/etc/kmon/kafka-tls/tls.key",
+    data = by_kind(objs, "ConfigMap")["t-kmon-config"]["data"]
+    assert sorted(data["client.properties"].splitlines()) == [
         "client.rack=eu-west-1a",
+        "sasl.mechanism=SCRAM-SHA-256",
+        "security.protocol=SASL_SSL",
+        "ssl.ca.location=/etc/kmon/kafka-tls/ca.crt",
+        "ssl.certificate.location=/etc/kmon/kafka-tls/tls.crt",
+        "ssl.endpoint.identification.algorithm=https",
+        "ssl.key.location=/etc/kmon/kafka-tls/tls.key",
     ]
-    assert "s3cret" not in props
+    assert all("s3cret" not in text for text in data.values())
     probe = by_kind(objs, "Deployment")["t-kmon-probe"]["spec"]["template"]["spec"]
     env = env_of(probe["containers"][0])
     assert env["KMON_SASL_PASSWORD"] == {"secretKeyRef": {"name": "t-kmon-kafka",
@@ -306,6 +312,159 @@ def test_dashboards_config_map_carries_the_generated_dashboards(helm: str) -> No
 def test_optional_objects_are_off_by_default(helm: str) -> None:
     kinds = {o["kind"] for o in objects(helm, *BASE)}
     assert {"ServiceMonitor", "PrometheusRule", "SparkApplication", "Secret"}.isdisjoint(kinds)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the deployed programs read: the rendered args, environment and files fed to the real
+# loaders of `kmon probe` and `kmon monitor`, in a pod file system simulated under tmp_path.
+
+TLS_FILES = {"ca.crt": "CA\n", "tls.crt": "-----BEGIN CERTIFICATE-----\nC\n",
+             "tls.key": "-----BEGIN PRIVATE KEY-----\nK\n"}
+
+
+class Pod:
+    """A rendered container as it runs: mounts under ``root``, env as Kubernetes resolves it."""
+
+    def __init__(self, root: Path, objs: list[dict[str, Any]], container: dict[str, Any],
+                 secrets: dict[str, dict[str, str]]) -> None:
+        self.root = root
+        for name, text in by_kind(objs, "ConfigMap")["t-kmon-config"]["data"].items():
+            self._write(f"/etc/kmon/config/{name}", text)
+        for name, text in TLS_FILES.items():
+            self._write(f"/etc/kmon/kafka-tls/{name}", text)
+        secrets = {**secrets, **{n: s["stringData"] for n, s in by_kind(objs, "Secret").items()}}
+        self.env = {e["name"]: self._value(e, secrets) for e in container.get("env", [])}
+        self.args = [self.path(a) for a in container.get("args", container.get("arguments"))]
+
+    @staticmethod
+    def _value(var: dict[str, Any], secrets: dict[str, dict[str, str]]) -> str:
+        if "value" in var:
+            return var["value"]
+        if ref := var["valueFrom"].get("secretKeyRef"):
+            return secrets[ref["name"]][ref["key"]]
+        return "t-kmon-monitor-0"  # a fieldRef: the pod's name
+
+    def path(self, text: str) -> str:
+        """A container path as the test's file system has it."""
+        return text.replace("/etc/kmon/", f"{self.root}/etc/kmon/")
+
+    def _write(self, container_path: str, text: str) -> None:
+        f = Path(self.path(container_path))
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(self.path(text))
+
+
+def _probe_settings(pod: Pod) -> Any:
+    from kmon.cli import build_parser
+    from kmon.cli.probe import overrides_from_args
+    from kmon.probes import config as probe_config
+
+    args = build_parser().parse_args(pod.args)
+    return probe_config.load(args.config, env=pod.env, overrides=overrides_from_args(args))
+
+
+def _monitor_settings(pod: Pod, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from kmon.cli import build_parser
+    from kmon.cli.monitor import _local_defaults
+    from kmon.streaming import main
+
+    for var in [v for v in __import__("os").environ if v.startswith(("KMON_", "SPARK_"))]:
+        if var not in ("KMON_HOME", "KMON_CACHE", "KMON_PORT_BASE"):
+            monkeypatch.delenv(var)
+    for var, value in pod.env.items():
+        monkeypatch.setenv(var, value)
+    args = build_parser().parse_args(pod.args)
+    return main.load_config(args, defaults=_local_defaults())  # as `kmon monitor` does
+
+
+def _pods(helm: str, root: Path, secrets: dict[str, dict[str, str]], *args: str
+          ) -> dict[str, Pod]:
+    objs = objects(helm, *args)
+    found = {n.removeprefix("t-kmon-"): d["spec"]["template"]["spec"]["containers"][0]
+             for n, d in by_kind(objs, "Deployment").items()}
+    for app in by_kind(objs, "SparkApplication").values():
+        found["monitor"] = {**app["spec"]["driver"], "arguments": app["spec"]["arguments"]}
+    return {name: Pod(root / name, objs, c, secrets) for name, c in found.items()}
+
+
+def test_probe_and_monitor_read_what_the_chart_sets_sasl_ssl(
+        helm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = _pods(helm, tmp_path, {}, "-f", str(CHART / "ci" / "operator-sasl-ssl-values.yaml"))
+    tls = f"{tmp_path}/probe/etc/kmon/kafka-tls"
+    probe = _probe_settings(pods["probe"])
+    security = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "kmon", "sasl.password": "s3cret",
+                "ssl.ca.location": f"{tls}/ca.crt", "ssl.certificate.location": f"{tls}/tls.crt",
+                "ssl.key.location": f"{tls}/tls.key",
+                "ssl.endpoint.identification.algorithm": "https", "client.rack": "eu-west-1a"}
+    assert probe.client_settings("producer") == {"bootstrap.servers": "broker.example.com:9093",
+                                                 **security}
+    assert probe.client_settings("events") == {"bootstrap.servers": "events.example.com:9093",
+                                               **security}
+    assert probe.client_settings("consumer")["isolation.level"] == "read_uncommitted"
+    assert (probe.events_topic, probe.metrics_port) == ("kmon-events", 9465)
+
+    monitor = _monitor_settings(pods["monitor"], monkeypatch)
+    tls = f"{tmp_path}/monitor/etc/kmon/kafka-tls"
+    assert monitor.bootstrap_servers == "events.example.com:9093"  # kmon's own topics only
+    assert monitor.producer() == {"bootstrap.servers": "events.example.com:9093",
+                                  **security | {k: v.replace("/probe/", "/monitor/")
+                                                for k, v in security.items() if "location" in k}}
+    assert monitor.kafka_options() == {
+        "kafka.bootstrap.servers": "events.example.com:9093",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-256",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+                                  'required username="kmon" password="s3cret";',
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": f"{tls}/ca.crt",
+        "kafka.ssl.endpoint.identification.algorithm": "https",
+        "kafka.ssl.keystore.type": "PEM",
+        "kafka.ssl.keystore.certificate.chain": TLS_FILES["tls.crt"],
+        "kafka.ssl.keystore.key": TLS_FILES["tls.key"],
+    }
+    assert (monitor.events_topic, monitor.anomalies_topic, monitor.dead_letter_topic) == (
+        "kmon-events", "kmon-anomalies", "kmon-dead-letters")
+    assert (monitor.metrics_port, monitor.checkpoint) == (9464, "/var/lib/kmon/checkpoint")
+    assert "master" not in monitor.spark_conf  # the operator's spark-submit sets it
+
+
+def test_monitor_reads_an_existing_secret_and_plain_sasl(
+        helm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {"kafka-credentials": {"username": "u1", "password": "pw1"}}
+    pods = _pods(helm, tmp_path, secrets, "-f", str(CHART / "ci" / "local-master-values.yaml"))
+    assert set(pods) == {"monitor"}
+    monitor = _monitor_settings(pods["monitor"], monkeypatch)
+    assert monitor.producer() == {"bootstrap.servers": "kafka:9092",
+                                  "security.protocol": "SASL_PLAINTEXT",
+                                  "sasl.mechanism": "PLAIN", "sasl.username": "u1",
+                                  "sasl.password": "pw1"}
+    assert monitor.kafka_options()["kafka.sasl.jaas.config"] == (
+        'org.apache.kafka.common.security.plain.PlainLoginModule required username="u1" '
+        'password="pw1";')
+    assert not any("ssl" in k for k in monitor.kafka_options())
+    assert (monitor.checkpoint, monitor.spark_conf["master"]) == (
+        "s3a://kmon-checkpoints/prod", "local[2]")
+
+
+def test_plaintext_values_reach_probe_and_monitor(
+        helm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = _pods(helm, tmp_path, {}, *BASE, "--set", "probe.metricsPort=9101",
+                 "--set", "monitor.metricsPort=9102", "--set", "kafka.eventsTopic=ev",
+                 "--set", "kafka.anomaliesTopic=an", "--set", "kafka.deadLetterTopic=dl",
+                 "--set", "probe.extraArgs={--rate}", "--set-string", "probe.extraArgs[1]=7")
+    probe = _probe_settings(pods["probe"])
+    assert probe.client_settings("events") == {"bootstrap.servers": "kafka:9092",
+                                               "security.protocol": "PLAINTEXT"}
+    assert (probe.events_topic, probe.metrics_port, probe.rate) == ("ev", 9101, 7.0)
+    assert probe.client_settings("consumer")["isolation.level"] == "read_committed"
+    monitor = _monitor_settings(pods["monitor"], monkeypatch)
+    assert monitor.kafka_options() == {"kafka.bootstrap.servers": "kafka:9092",
+                                       "kafka.security.protocol": "PLAINTEXT"}
+    assert (monitor.events_topic, monitor.anomalies_topic, monitor.dead_letter_topic) == (
+        "ev", "an", "dl")
+    assert monitor.metrics_port == 9102
+    assert monitor.spark_conf["master"] == "k8s://https://kubernetes.default.svc:443"
 
 
 # ---------------------------------------------------------------------------------------------

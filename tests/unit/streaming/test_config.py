@@ -87,3 +87,24 @@ def test_durations() -> None:
 def test_zero_disables_unseen_and_skew_checks() -> None:
     cfg = load(overrides=[*REQUIRED, "unseen.grace=0", "max.future.skew=0"], env={})
     assert cfg.unseen_grace_s is None and cfg.max_future_skew_s is None
+
+
+def test_env_and_file_references_are_resolved(tmp_path) -> None:
+    key = tmp_path / "tls.key"
+    key.write_text("KEY\n")
+    cfg = load(overrides=[*REQUIRED, "producer.sasl.password=${env:PW}",
+                          f"source.kafka.ssl.keystore.key=${{file:{key}}}",
+                          'source.kafka.sasl.jaas.config=M required password="${env:PW}";'],
+               env={"PW": "s3cret"})
+    assert cfg.producer()["sasl.password"] == "s3cret"
+    assert cfg.kafka_options()["kafka.ssl.keystore.key"] == "KEY\n"
+    assert cfg.kafka_options()["kafka.sasl.jaas.config"] == 'M required password="s3cret";'
+
+
+@pytest.mark.parametrize(("ref", "message"), [
+    ("${env:NOPE}", "producer.sasl.password: environment variable NOPE is not set"),
+    ("${file:/nonexistent/x}", "producer.sasl.password: cannot read /nonexistent/x"),
+])
+def test_unresolvable_references_fail_naming_the_key(ref: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("$", r"\$")):
+        load(overrides=[*REQUIRED, f"producer.sasl.password={ref}"], env={})

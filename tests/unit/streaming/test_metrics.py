@@ -83,3 +83,20 @@ def test_keys_without_placement_are_labelled_by_key() -> None:
     assert placement_labels("unknown", None, "7") == ("unknown", "7")
     assert placement_labels("t", 3, "7") == ("t", "3")
     assert placement_labels(None, -1, '"k"') == ("unknown", "k")
+
+
+def test_every_anomaly_type_is_exported_at_zero_for_each_partition_seen(m) -> None:
+    from kmon.checker.anomaly import ANOMALY_TYPES
+
+    assert _v(m, "kmon_anomalies_total", anomaly="G0", topic="t", partition="0") is None
+    m.key_stats("p/1", "t", "0", 0, 0.0)
+    m.anomaly("G1a", "u", "2", 0.1)
+    for a in ANOMALY_TYPES:
+        assert _v(m, "kmon_anomalies_total", anomaly=a, topic="t", partition="0") == 0
+        assert _v(m, "kmon_anomalies_total", anomaly=a, topic="u", partition="2") == (
+            1 if a == "G1a" else 0)
+    assert _v(m, "kmon_unseen_verdicts_total", topic="t", partition="0") == 0
+    # bounded: only partitions seen, only the checker's types
+    samples = [s for f in registry_with(m).collect() if f.name == "kmon_anomalies"
+               for s in f.samples if s.name == "kmon_anomalies_total"]
+    assert len(samples) == 2 * len(ANOMALY_TYPES)
