@@ -73,6 +73,7 @@ class RowResult:
     ops: int = 0
     seconds: float = 0.0
     history: Path | None = None
+    error: str = ""  # the row could not run: why
 
     @property
     def passed(self) -> bool:
@@ -225,9 +226,19 @@ class Matrix:
             self._finish_probe(r, wl, f, started)
 
     def run_fault(self, s: Scenario) -> None:
-        """A row with a fault: probe, warm-up, fault held and undone, run on, final read."""
-        assert s.make_fault is not None
+        """A row with a fault: probe, warm-up, fault held and undone, run on, final read.
+        A fault that fails marks its row failed (``error``); the cluster is healed and the
+        next rows still run."""
         r = self._row(s)
+        try:
+            self._run_fault(s, r)
+        except Exception as exc:
+            log.exception("row %s", s.name)
+            r.error = f"{type(exc).__name__}: {exc}"
+            self.nemesis.heal()
+
+    def _run_fault(self, s: Scenario, r: RowResult) -> None:
+        assert s.make_fault is not None
         started = time.monotonic()
         wl, f = self._probe(s, r)
         try:
@@ -297,6 +308,8 @@ class Matrix:
                 r.detection_s = round(min(firsts) - r.fault_start, 1)
             provoked = not s.evidence or bool(r.fault_info.get("duplicated_in_log"))
             r.verdict, r.why = judge(s, r.reported, provoked)
+            if r.error:
+                r.verdict, r.why = "FAIL", f"did not run: {r.error}"
             if offline and r.history is not None:
                 r.offline = offline_counts(r.history, s.preset)
         return list(self.results.values())
@@ -323,9 +336,9 @@ def _scenario(name: str) -> Scenario:
 
 def _fault_start(record: FaultRecord) -> float:
     """When the fault did its damage: the election for an unclean election, else its start."""
-    for t, what in record.marks:
-        if "elected leader" in what:
-            return float(t)
+    for mark in record.marks:
+        if "elected leader" in mark.what:
+            return float(mark.at)
     return float(record.started_at or record.invoked_at)
 
 
