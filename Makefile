@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # pip runs again only when pyproject.toml changes, so a warm `make setup` takes a second.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup run test lint unit integration bench
+.PHONY: setup run test lint unit integration bench soak matrix
 
 # `kmon dashboards install-tools`: the operations tests' tools. helm and kubeconform (go install
 # of pinned versions into $KMON_CACHE/bin, a few minutes once), offline Kubernetes and CRD
@@ -44,3 +44,14 @@ integration: setup
 # Benchmarks print figures; nothing is asserted. Run them on a quiet machine.
 bench: setup
 	$(BIN)/python bench/bench_checker.py
+
+# Not part of `make test`. Both need the local stack running (`make run` in another terminal).
+# A healthy soak: probe + monitor for SOAK_MINUTES, then the op count and the anomalies the
+# monitor and `kmon check` found (exit 1 unless there are none).
+SOAK_MINUTES ?= 30
+soak: $(INSTALLED)
+	$(BIN)/kmon nemesis soak --minutes $(SOAK_MINUTES)
+
+# The detection matrix (about 10 minutes): rewrites docs/detection-matrix.md.
+matrix: $(INSTALLED)
+	$(BIN)/kmon nemesis matrix --out docs/detection-matrix.md
