@@ -469,7 +469,7 @@ def render_details(rows: Sequence[RowResult]) -> str:
 
 # -- whole runs: the matrix document, the soak ----------------------------------------------
 
-REGENERATE = "KMON_PORT_BASE=<base> kmon nemesis matrix --out docs/detection-matrix.md"
+REGENERATE = "kmon run &   # the local stack, with Toxiproxy\nkmon nemesis matrix --out docs/detection-matrix.md   # or: make matrix"
 
 
 def run_all(m: Matrix, names: Sequence[str] | None = None) -> list[RowResult]:
