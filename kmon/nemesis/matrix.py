@@ -469,7 +469,8 @@ def render_details(rows: Sequence[RowResult]) -> str:
 
 # -- whole runs: the matrix document, the soak ----------------------------------------------
 
-REGENERATE = "kmon run &   # the local stack, with Toxiproxy\nkmon nemesis matrix --out docs/detection-matrix.md   # or: make matrix"
+REGENERATE = ("kmon run &   # the local stack, with Toxiproxy\n"
+              "kmon nemesis matrix --out docs/detection-matrix.md   # or: make matrix")
 
 
 def run_all(m: Matrix, names: Sequence[str] | None = None) -> list[RowResult]:
