@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # pip runs again only when pyproject.toml changes, so a warm `make setup` takes a second.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup run test lint unit integration bench
+.PHONY: setup run test lint unit integration bench soak matrix
 
 # `kmon dashboards install-tools`: the operations tests' tools. helm and kubeconform (go install
 # of pinned versions into $KMON_CACHE/bin, a few minutes once), offline Kubernetes and CRD
@@ -45,3 +45,18 @@ integration: setup
 bench: setup
 	$(BIN)/python bench/bench_checker.py
 	$(BIN)/python bench/bench_monitor.py
+
+# Not part of `make test`. Both use the local cluster (started here if it is not running; a
+# running `make run` stack is fine) and run their own probes and monitor.
+# A healthy soak: probe + monitor for SOAK_MINUTES, then the op count and the anomalies the
+# monitor and `kmon check` found (exit 1 unless there are none).
+SOAK_MINUTES ?= 30
+soak: setup
+	$(BIN)/kmon cluster up
+	$(BIN)/kmon nemesis soak --minutes $(SOAK_MINUTES)
+
+# The detection matrix (about 10 minutes): rewrites docs/detection-matrix.md.
+matrix: setup
+	$(BIN)/kmon cluster up
+	$(BIN)/kmon nemesis proxy up
+	$(BIN)/kmon nemesis matrix --out docs/detection-matrix.md

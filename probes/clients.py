@@ -124,10 +124,14 @@ def validate(cfg: ProbeConfig) -> None:
     """Let librdkafka vet every client config now; the error names the offending setting."""
     checks: list[tuple[str, Callable[[ProbeConfig], Any]]] = [
         ("producer", lambda c: Producer(producer_config(c, "kmon-validate"))),
-        ("producer", lambda c: Producer(producer_config(c, "kmon-validate", "kmon-validate"))),
         ("consumer", lambda c: Consumer(consumer_config(c, "kmon-validate", "kmon-validate"))),
         ("admin", lambda c: AdminClient(admin_config(c, "kmon-validate"))),
     ]
+    # The transactional producer is built only for txn ops: without them, settings it cannot
+    # take (idempotence off, acks=1: the unclean and idempotence-off presets) are fine.
+    if cfg.txn_share > 0:
+        checks.insert(1, ("producer", lambda c: Producer(
+            producer_config(c, "kmon-validate", "kmon-validate"))))
     if cfg.events_enabled:
         checks.append(("events.producer", lambda c: Producer(events_producer_config(c))))
     for section, make in checks:

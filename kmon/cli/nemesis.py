@@ -7,6 +7,7 @@ import contextlib
 import json
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kmon.cli import UsageError
@@ -121,6 +122,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_stack_args(v)
     v = verbs.add_parser("heal", help="undo whatever faults left behind")
     add_stack_args(v)
+    v = verbs.add_parser("matrix", help="run the detection matrix (probe + fault + monitor "
+                         "per row) and write docs/detection-matrix.md",
+                         description="Run every detection-matrix row (kmon nemesis list) on "
+                         "the running local stack (kmon run): the real probe with the row's "
+                         "preset, the fault, the in-process monitor; write the matrix. "
+                         "Takes about 10 minutes.")
+    add_stack_args(v)
+    v.add_argument("--out", type=Path, default=Path("docs/detection-matrix.md"), metavar="MD")
+    v.add_argument("--rows", nargs="+", metavar="ROW", help="only these rows")
+    v.add_argument("--rate", type=float, default=30.0, help="probe ops/s per row (default 30)")
+    v = verbs.add_parser("soak", help="healthy probe + monitor for a while; zero anomalies?",
+                         description="Run the probe (safe settings) and the in-process monitor "
+                         "on the running local stack for --minutes, then print the op count "
+                         "and the anomalies the monitor and kmon check found (exit 1 unless "
+                         "none).")
+    add_stack_args(v)
+    v.add_argument("--minutes", type=float, default=30.0, help="default 30")
+    v.add_argument("--rate", type=float, default=30.0, help="probe ops/s (default 30)")
     v = verbs.add_parser("install-tools",
                          help="go install the pinned toxiproxy-server into $KMON_CACHE/bin")
     v.add_argument("--cache", metavar="DIR", help="cache directory (env KMON_CACHE)")
@@ -330,7 +349,60 @@ def _install_tools(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _matrix(args: argparse.Namespace, settings: Any) -> Any:
+    """A started ``Matrix`` on the running local stack, with its own Spark session."""
+    import tempfile
+
+    from kmon.nemesis import health
+    from kmon.nemesis.matrix import Matrix
+    from kmon.streaming.session import build_spark_session
+
+    cluster, proxy = _stack(args)
+    wrong = health.problems(cluster, proxy)
+    if wrong:
+        raise SystemExit(f"kmon nemesis {args.verb}: the local stack is not healthy "
+                         f"(start it with `kmon run`): {'; '.join(wrong)}")
+    workdir = Path(tempfile.mkdtemp(prefix=f"{args.verb}-", dir=cluster.home))
+    spark = build_spark_session(app_name=f"kmon-{args.verb}",
+                                checkpoint_location=str(workdir / "spark"))
+    m = Matrix(cluster, proxy, spark, workdir, settings)
+    m.start()
+    try:
+        yield m
+    finally:
+        m.stop()
+        m.nemesis.heal()
+        spark.stop()
+
+
+def _run_matrix(args: argparse.Namespace) -> int:
+    from kmon.nemesis.matrix import REGENERATE, MatrixSettings, render_table, run_all, write_doc
+    from kmon.nemesis.scenarios import BY_NAME
+
+    unknown = [n for n in args.rows or () if n not in BY_NAME]
+    if unknown:
+        raise SettingError(f"unknown matrix rows {unknown}: see `kmon nemesis list`")
+    settings = MatrixSettings(rate=args.rate)
+    started = time.monotonic()
+    with _matrix(args, settings) as m:
+        rows = run_all(m, args.rows)
+    write_doc(args.out, rows, time.monotonic() - started, settings, REGENERATE)
+    print(render_table(rows))
+    print(f"wrote {args.out}")
+    return 0 if all(r.verdict != "FAIL" for r in rows) else 1
+
+
+def _soak(args: argparse.Namespace) -> int:
+    from kmon.nemesis.matrix import MatrixSettings, soak
+
+    with _matrix(args, MatrixSettings(rate=args.rate)) as m:
+        result = soak(m, args.minutes)
+    print(json.dumps(result, indent=2))
+    return 0 if result["verdict"] == "pass" and not result["kmon_check"] else 1
+
+
 _VERBS: dict[str, Any] = {
     "preset": _preset, "list": _list, "proxy": _proxy, "status": _status, "heal": _heal,
-    "install-tools": _install_tools,
+    "install-tools": _install_tools, "matrix": _run_matrix, "soak": _soak,
 }

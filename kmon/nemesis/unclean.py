@@ -261,7 +261,8 @@ class UncleanElection(Fault):
                 # Fails while the dead leader is not fenced yet; the loop tells.
                 # (No timeout keywords: confluent-kafka 2.16's elect_leaders fails on them
                 # with a SystemError.)
-                with contextlib.suppress(KafkaException, FaultError):
+                # The request itself may time out while the controller is busy fencing.
+                with contextlib.suppress(KafkaException, FaultError, TimeoutError):
                     running_admin(self.cluster).elect_leaders(
                         ElectionType.UNCLEAN, [tp]
                     ).result(10.0)

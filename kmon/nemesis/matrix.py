@@ -1,0 +1,539 @@
+"""The detection matrix: each scenario's fault, run while the real probe and the real monitor
+run, and what the monitor reported about it.
+
+One ``Monitor`` watches one events topic for the whole run; every row runs its own probe
+(its own probe id and topic prefix ``kmon-mx-<tag>-<row>``) writing into that topic, so each
+verdict is attributed to its row by the topic label of the metric and by the evidence
+record's probe id. Rows with a fault run one after the other (a broker crash would hit every
+probe on the cluster); rows without a fault (healthy, read-uncommitted) run together first.
+
+Injected rows replay the healthy row's own history (a real probe's ops), under a fresh probe
+id and topic names, with the one change the finding describes (``kmon.nemesis.inject``).
+
+Detection time: fault start (for the unclean election, the election itself: that is when the
+loss happens; for injected rows, when the replay was produced) to the first verdict of an
+expected type, as stamped by the monitor when it emitted the verdict and counted it.
+
+``python -m kmon.nemesis.matrix`` (``kmon nemesis matrix``) runs every row on the local stack
+and writes ``docs/detection-matrix.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kmon.checker import ANOMALY_TYPES
+from kmon.checker.anomaly import UNSEEN
+from kmon.nemesis import presets
+from kmon.nemesis.scenarios import SCENARIOS, Scenario
+
+if TYPE_CHECKING:
+    from kmon.history.model import Op
+    from kmon.local.cluster import LocalCluster
+    from kmon.local.toxiproxy import LocalToxiproxy
+    from kmon.nemesis.base import FaultRecord
+    from kmon.streaming.monitor import Monitor
+
+log = logging.getLogger("kmon.nemesis.matrix")
+
+SECOND = 1_000_000_000
+# Types the online monitor cannot report (cycles are searched offline only).
+OFFLINE_ONLY = ("G0", "G1c")
+
+
+@dataclass
+class RowResult:
+    """One row of the matrix, as measured."""
+
+    name: str
+    origin: str
+    preset: str
+    note: str
+    must: tuple[str, ...]
+    any_of: tuple[str, ...]
+    forbidden: tuple[str, ...]
+    probe: str = ""
+    prefix: str = ""
+    reported: dict[str, int] = field(default_factory=dict)
+    offline: dict[str, int] | None = None  # ``kmon check`` on the row's history file
+    verdict: str = "?"  # pass / FAIL / not provoked
+    why: str = ""
+    detection_s: float | None = None
+    fault_start: float | None = None  # time.time() seconds
+    fault_info: dict[str, Any] = field(default_factory=dict)
+    evidence: str = ""
+    ops: int = 0
+    seconds: float = 0.0
+    history: Path | None = None
+    error: str = ""  # the row could not run: why
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+
+def forbidden_types(s: Scenario) -> tuple[str, ...]:
+    """Every type the monitor can report that the scenario neither expects nor allows."""
+    ok = set(s.must) | set(s.any_of) | set(s.allowed) | set(OFFLINE_ONLY)
+    return tuple(t for t in (*ANOMALY_TYPES, UNSEEN) if t not in ok)
+
+
+def judge(s: Scenario, reported: dict[str, int], provoked: bool = True) -> tuple[str, str]:
+    """(verdict, why) for what the monitor reported on a row."""
+    seen = {t for t, n in reported.items() if n > 0}
+    bad = sorted(seen & set(forbidden_types(s)))
+    if bad:
+        return "FAIL", f"forbidden: {', '.join(bad)}"
+    if not provoked:
+        return "not provoked", "the broker did not do it in this run (see evidence)"
+    missing = [t for t in s.must if t not in seen]
+    if missing:
+        return "FAIL", f"missing: {', '.join(missing)}"
+    if s.any_of and not seen & set(s.any_of):
+        return "FAIL", f"none of: {', '.join(s.any_of)}"
+    return "pass", ""
+
+
+@dataclass
+class MatrixSettings:
+    warmup: float = 8.0  # seconds of probe traffic before the fault
+    run_on: float = 5.0  # seconds of probe traffic after the fault is undone
+    rate: float = 30.0
+    processes: int = 4
+    durations: dict[str, float] = field(default_factory=dict)  # per-row overrides
+    settle_timeout: float = 240.0
+
+
+class Matrix:
+    """One monitor, one events topic, rows run against the local cluster."""
+
+    def __init__(self, cluster: LocalCluster, proxy: LocalToxiproxy, spark: Any, workdir: Path,
+                 settings: MatrixSettings | None = None) -> None:
+        from kmon.nemesis.runner import Nemesis
+
+        self.cluster, self.proxy, self.spark = cluster, proxy, spark
+        self.workdir = Path(workdir)
+        self.settings = settings or MatrixSettings()
+        self.tag = uuid.uuid4().hex[:6]
+        self.events_topic = f"kmon-mx-ev-{self.tag}"
+        self.nemesis = Nemesis(cluster, proxy)
+        self.monitor: Monitor | None = None
+        self.results: dict[str, RowResult] = {}
+        self._emitted = 0  # op events handed to the events topic, by every probe and replay
+        self._producer: Any = None
+
+    # -- the monitor --------------------------------------------------------------------
+
+    def start(self) -> None:
+        from confluent_kafka import Producer
+
+        from kmon.streaming import config
+        from kmon.streaming.monitor import Monitor
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        t = self.tag
+        cfg = config.from_mapping({
+            "kafka.bootstrap.servers": self.cluster.bootstrap,
+            "checkpoint": str(self.workdir / f"ck-{t}"),
+            "topics.events": self.events_topic, "topics.anomalies": f"kmon-mx-an-{t}",
+            "topics.facts": f"kmon-mx-fa-{t}", "topics.dead-letters": f"kmon-mx-dl-{t}",
+            # A metrics port is not needed: the runner reads the monitor's registry in-process.
+            "metrics.port": 0, "trigger": "1s", "watermark.delay": "2s", "grace": "5s",
+            # Values the final read has not returned 30 s after their ack are unseen verdicts.
+            "unseen.grace": "30s"})
+        self._create_events_topic()
+        self.monitor = Monitor(cfg, self.spark)
+        self.monitor.start()
+        # Idempotent: replayed events exactly once and in order per process.
+        self._producer = Producer({"bootstrap.servers": self.cluster.bootstrap,
+                                   "enable.idempotence": True})
+
+    def _create_events_topic(self) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
+        # RF 3: the crash and pause rows must not take the events away from the monitor.
+        fut = admin.create_topics([NewTopic(self.events_topic, num_partitions=4,
+                                            replication_factor=3)])
+        fut[self.events_topic].result(30)
+
+    def stop(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+        if self._producer is not None:
+            self._producer.flush(30)
+
+    # -- rows -----------------------------------------------------------------------------
+
+    def _row(self, s: Scenario) -> RowResult:
+        r = RowResult(s.name, s.origin, s.preset, s.note, s.must, s.any_of, forbidden_types(s))
+        r.prefix = f"kmon-mx-{self.tag}-{s.name}"
+        self.results[s.name] = r
+        return r
+
+    def _duration(self, s: Scenario) -> float:
+        return self.settings.durations.get(s.name, s.duration)
+
+    def _probe(self, s: Scenario, r: RowResult) -> tuple[Any, Any]:
+        """A started probe workload for row ``r`` and its open history file."""
+        from kmon.probes import config as probe_config
+        from kmon.probes.metrics import ProbeMetrics
+        from kmon.probes.workload import Workload
+
+        st = self.settings
+        cfg = probe_config.load(env={}, overrides={
+            "kafka.bootstrap.servers": self.cluster.bootstrap,
+            # Events go straight to the brokers even when the probe's clients are behind the
+            # proxies: a network fault must reach the workload, not the monitor's input.
+            "events.kafka.bootstrap.servers": self.cluster.bootstrap,
+            "name": f"mx{self.tag}-{s.name}", "topic_prefix": r.prefix,
+            "events.topic": self.events_topic, "rate": str(st.rate),
+            "processes": str(st.processes), "metrics.port": "0", "catchup_interval": "10",
+            "final_read_timeout": "20", **presets.get(s.preset).probe_settings(self.cluster)})
+        r.history = self.workdir / f"{r.prefix}.jsonl"
+        f = open(r.history, "w")  # noqa: SIM115 (closed by _finish_probe)
+        wl = Workload(cfg, ProbeMetrics(), f)
+        wl.start()
+        r.probe = cfg.probe_id
+        return wl, f
+
+    def _finish_probe(self, r: RowResult, wl: Any, f: Any, started: float) -> None:
+        summary = wl.shutdown()
+        f.close()
+        r.ops = summary["ops"]
+        self._emitted += summary["events_emitted"]
+        r.seconds = round(time.monotonic() - started, 1)
+        log.info("row %s: probe summary %s", r.name, json.dumps(summary))
+
+    def run_quiet(self, scenarios: Sequence[Scenario]) -> None:
+        """Rows without a fault, all at once (their probes do not disturb each other)."""
+        started = time.monotonic()
+        running = []
+        for s in scenarios:
+            r = self._row(s)
+            running.append((r, *self._probe(s, r)))
+        hold = max(self._duration(s) for s in scenarios) + self.settings.warmup
+        time.sleep(hold + self.settings.run_on)
+        for r, wl, f in running:
+            self._finish_probe(r, wl, f, started)
+
+    def run_fault(self, s: Scenario) -> None:
+        """A row with a fault: probe, warm-up, fault held and undone, run on, final read.
+        A fault that fails marks its row failed (``error``); the cluster is healed and the
+        next rows still run."""
+        r = self._row(s)
+        try:
+            self._run_fault(s, r)
+        except Exception as exc:
+            log.exception("row %s", s.name)
+            r.error = f"{type(exc).__name__}: {exc}"
+            self.nemesis.heal()
+
+    def _run_fault(self, s: Scenario, r: RowResult) -> None:
+        assert s.make_fault is not None
+        started = time.monotonic()
+        wl, f = self._probe(s, r)
+        try:
+            time.sleep(self.settings.warmup)
+            fault = s.make_fault(self.cluster, self.proxy, r.prefix)
+            record = self.nemesis.start(fault)
+            try:
+                time.sleep(self._duration(s))
+            finally:
+                self.nemesis.stop(fault)
+            r.fault_start = _fault_start(record)
+            r.fault_info = dict(record.info)
+            time.sleep(self.settings.run_on)
+        finally:
+            self._finish_probe(r, wl, f, started)
+        if s.evidence == "duplicate-on-disk":
+            dups = duplicates_in_log(self.cluster.bootstrap, r.prefix)
+            r.evidence = f"{len(dups)} values at two offsets in the log"
+            r.fault_info["duplicated_in_log"] = len(dups)
+
+    def run_injected(self, s: Scenario, base: Iterable[Op]) -> None:
+        """Replay ``base`` (a real probe's history) with ``s``'s finding injected."""
+        from kmon.nemesis import inject
+        from kmon.streaming import replay
+
+        r = self._row(s)
+        r.probe = f"mx{self.tag}-{s.name}.inj"
+        ops, r.evidence = inject.INJECTORS[s.name](list(base), r.prefix)
+        r.ops = sum(1 for o in ops if o.type != "invoke")
+        r.offline = offline_counts_of(ops, "read_committed")
+        t0 = min(o.time for o in ops)
+        r.fault_start = time.time()
+        # The history's clock moved to now: the watermark sees the replay as current.
+        events = replay.as_events(ops, probe=r.probe, time_offset_ns=time.time_ns() - t0)
+        self._emitted += replay.produce(self._producer, self.events_topic, events)
+
+    # -- collecting -----------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Wait until the monitor has read every event, then move the watermark past every
+        grace period (clock ticks) and let both stages decide."""
+        assert self.monitor is not None
+        m, cfg = self.monitor.metrics, self.monitor.cfg
+        timeout = self.settings.settle_timeout
+        wait_for(lambda: m.events >= self._emitted, "the monitor to read every op event",
+                 timeout)
+        # Two rounds: the first tick decides stage 1's absence verdicts; the facts they send
+        # reach stage 2, whose verdicts the second tick's round lets it decide.
+        for _ in range(2):
+            time.sleep(cfg.watermark_delay_s + cfg.grace_s + 2 * cfg.trigger_s)
+            self._emitted += tick(self._producer, self.events_topic)
+            wait_for(lambda: m.events >= self._emitted, "the monitor to read the tick", timeout)
+        time.sleep(4 * cfg.trigger_s + 2)  # the last micro-batches' outputs
+
+    def collect(self, offline: bool = True) -> list[RowResult]:
+        """Fill in each row's reported counts, detection time and verdict."""
+        assert self.monitor is not None
+        evidence = read_evidence(self.cluster.bootstrap, self.monitor.cfg.anomalies_topic)
+        counts = self._counts_by_prefix()
+        for name, r in self.results.items():
+            s = _scenario(name)
+            r.reported = counts.get(r.prefix, {})
+            firsts = [e["detected_at"] / SECOND for e in evidence
+                      if e["probe"] == r.probe and not e.get("update")
+                      and e["anomaly"] in (*s.must, *s.any_of)]
+            if firsts and r.fault_start is not None:
+                r.detection_s = round(min(firsts) - r.fault_start, 1)
+            provoked = not s.evidence or bool(r.fault_info.get("duplicated_in_log"))
+            r.verdict, r.why = judge(s, r.reported, provoked)
+            if r.error:
+                r.verdict, r.why = "FAIL", f"did not run: {r.error}"
+            if offline and r.history is not None:
+                r.offline = offline_counts(r.history, s.preset)
+        return list(self.results.values())
+
+    def _counts_by_prefix(self) -> dict[str, dict[str, int]]:
+        assert self.monitor is not None
+        m = self.monitor.metrics
+        out: dict[str, Counter[str]] = {}
+        for (anomaly, topic, _), n in list(m.anomalies.items()):
+            out.setdefault(_prefix(topic), Counter())[anomaly] += n
+        for (topic, _), n in list(m.unseen_verdicts.items()):
+            out.setdefault(_prefix(topic), Counter())[UNSEEN] += n
+        return {k: dict(v) for k, v in out.items()}
+
+
+def _prefix(topic: str) -> str:
+    """The probe topic prefix of a probe topic ``<prefix>.<n>``."""
+    return topic.rsplit(".", 1)[0]
+
+
+def _scenario(name: str) -> Scenario:
+    return next(s for s in SCENARIOS if s.name == name)
+
+
+def _fault_start(record: FaultRecord) -> float:
+    """When the fault did its damage: the election for an unclean election, else its start."""
+    for mark in record.marks:
+        if "elected leader" in mark.what:
+            return float(mark.at)
+    return float(record.started_at or record.invoked_at)
+
+
+def read_topic(bootstrap: str, topic: str, isolation: str = "read_uncommitted",
+               timeout: float = 30.0) -> list[Any]:
+    """Every record now in ``topic`` (every partition, from its start)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                  "enable.auto.commit": False, "isolation.level": isolation})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                 for p in meta.partitions}
+        c.assign([TopicPartition(topic, p, lo) for p, (lo, _) in marks.items()])
+        left = {p for p, (lo, hi) in marks.items() if hi > lo}
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while left and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            out.append(msg)
+            if msg.offset() >= marks[msg.partition()][1] - 1:
+                left.discard(msg.partition())
+        return out
+    finally:
+        c.close()
+
+
+def read_evidence(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """The monitor's evidence records, a replayed micro-batch's copies dropped by id."""
+    seen: dict[str, dict[str, Any]] = {}
+    for msg in read_topic(bootstrap, topic):
+        rec = json.loads(msg.value())
+        seen.setdefault(rec["id"], rec)
+    return list(seen.values())
+
+
+def duplicates_in_log(bootstrap: str, prefix: str) -> dict[tuple[str, int, bytes], list[int]]:
+    """Values stored at two offsets or more of one partition of the probe's topics, read
+    straight from the brokers (every record, aborted ones included): the broker's own word
+    on whether it duplicated."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
+    where: dict[tuple[str, int, bytes], list[int]] = {}
+    for topic in topics:
+        for msg in read_topic(bootstrap, topic):
+            where.setdefault((topic, msg.partition(), msg.value()), []).append(msg.offset())
+    return {k: v for k, v in where.items() if len(v) > 1}
+
+
+def offline_counts(history: Path, preset: str) -> dict[str, int]:
+    """What ``kmon check`` finds in a row's history: errors by type, plus unseen values."""
+    from kmon.history import iter_ops
+
+    isolation = ("read_uncommitted" if presets.get(preset).settings.get(
+        "consumer.isolation.level") == "read_uncommitted" else "read_committed")
+    return offline_counts_of(iter_ops(history), isolation)
+
+
+def offline_counts_of(ops: Iterable[Op], isolation: str) -> dict[str, int]:
+    from kmon.checker import CheckConfig, check
+
+    report = check(ops, CheckConfig(isolation=isolation))
+    out = {t: len(v) for t, v in report.errors.items() if v}
+    unseen = sum(report.unseen_counts.values())
+    if unseen:
+        out[UNSEEN] = unseen
+    return out
+
+
+def tick(producer: Any, topic: str) -> int:
+    """An event touching no key, timed now: it only moves the monitor's watermark."""
+    from kmon.history.model import Op, OpMeta
+    from kmon.streaming import replay
+
+    op = Op(1 << 40, time.time_ns(), 1 << 40, "invoke", "poll", [("poll", None)],
+            meta=OpMeta(probe="matrix-clock"))
+    return replay.produce(producer, topic, [op])
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(1.0)
+
+
+def _counts(c: dict[str, int] | None) -> str:
+    if c is None:
+        return "-"
+    return ", ".join(f"{t} {n}" for t, n in sorted(c.items())) or "0"
+
+
+def render_table(rows: Sequence[RowResult]) -> str:
+    """The matrix as a Markdown table."""
+    head = ("| row | origin | fault | expected | forbidden (besides the rest) | monitor reported |"
+            " `kmon check` on the same history | verdict | detection (s) | ops |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        expected = ", ".join(r.must) + (" / any of " + " or ".join(r.any_of) if r.any_of else "")
+        short = [t for t in r.forbidden if t in ("lost-write", "duplicate", "G1a",
+                                                 "inconsistent-offsets", "torn-transaction")]
+        det = "-" if r.detection_s is None else f"{r.detection_s:.1f}"
+        verdict = r.verdict + (f" ({r.why})" if r.why else "")
+        lines.append(f"| {r.name} | {r.origin} | {r.note} | {expected or 'nothing'} | "
+                     f"{', '.join(short) or '-'} | {_counts(r.reported)} | "
+                     f"{_counts(r.offline)} | {verdict} | {det} | {r.ops} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def render_details(rows: Sequence[RowResult]) -> str:
+    """Per row: what the fault chose and measured, and the evidence check."""
+    out = []
+    for r in rows:
+        info = {k: v for k, v in r.fault_info.items() if not isinstance(v, list | dict)
+                or len(json.dumps(v, default=str)) < 120}
+        extra = f"; evidence: {r.evidence}" if r.evidence else ""
+        out.append(f"- **{r.name}** ({r.seconds:.0f} s, probe `{r.probe}`): "
+                   f"`{json.dumps(info, default=str)}`{extra}")
+    return "\n".join(out) + "\n"
+
+
+# -- whole runs: the matrix document, the soak ----------------------------------------------
+
+REGENERATE = ("kmon run &   # the local stack, with Toxiproxy\n"
+              "kmon nemesis matrix --out docs/detection-matrix.md   # or: make matrix")
+
+
+def run_all(m: Matrix, names: Sequence[str] | None = None) -> list[RowResult]:
+    """Every row (or ``names``): quiet rows together, injected replays of the healthy row's
+    history, then each fault row; settle and collect."""
+    from kmon.history import iter_ops
+
+    chosen = [s for s in SCENARIOS if names is None or s.name in names]
+    quiet = [s for s in chosen if s.origin == "real" and s.make_fault is None]
+    injected = [s for s in chosen if s.origin == "injected"]
+    if injected and not any(s.name == "healthy" for s in quiet):
+        quiet.insert(0, _scenario("healthy"))  # the history the injected rows replay
+    if quiet:
+        m.run_quiet(quiet)
+    if injected:
+        healthy_history = m.results["healthy"].history
+        assert healthy_history is not None
+        base = list(iter_ops(healthy_history))
+        for s in injected:
+            m.run_injected(s, base)
+    for s in chosen:
+        if s.make_fault is not None:
+            m.run_fault(s)
+    m.settle()
+    return m.collect()
+
+
+def write_doc(path: Path, rows: Sequence[RowResult], took_s: float, settings: MatrixSettings,
+              command: str) -> None:
+    passed = sum(r.passed for r in rows)
+    text = (
+        "# Detection matrix\n\n"
+        f"Generated by a run on the local stack; regenerate with:\n\n```sh\n{command}\n```\n\n"
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {len(rows)} rows, {passed} "
+        f"passed, {took_s / 60:.1f} min. Each row ran the real probe ({settings.processes} "
+        f"processes, {settings.rate:.0f} ops/s target) with the row's preset, "
+        f"{settings.warmup:.0f} s of warm-up before the fault and {settings.run_on:.0f} s "
+        "after it, then the probe's final read; one in-process monitor (trigger 1 s, "
+        "watermark delay 2 s, grace 5 s, unseen grace 30 s) watched every row's op events "
+        "in one events topic (see `kmon.nemesis.matrix` and docs/nemesis.md).\n\n"
+        "- **origin**: `real`: a real fault on the real cluster; `injected`: the healthy "
+        "row's own history, replayed into the events topic with the finding written in "
+        "(`kmon.nemesis.inject`).\n"
+        "- **forbidden**: every type neither expected nor allowed must not be reported; the "
+        "column names the serious ones (`kmon.nemesis.scenarios` has each row's allowances).\n"
+        "- **monitor reported**: `kmon_anomalies_total` (and `kmon_unseen_verdicts_total` as "
+        "`unseen`) summed over the row's probe topics; `G0`/`int-send-skip` are normal in "
+        "Kafka (transactions interleave), `G0`/`G1c` are found offline only.\n"
+        "- **detection**: fault start (the unclean row: the election; injected rows: the "
+        "replay) to the first verdict of an expected type, as the monitor emitted it. It "
+        "includes the monitor's grace period (5 s) for absence verdicts and, for faults "
+        "whose damage is only seen when the probe reads again (lost writes), the time until "
+        "a consumer reads past the gap.\n\n"
+        + render_table(rows) + "\n## Per row\n\n" + render_details(rows))
+    path.write_text(text)
+
+
+def soak(m: Matrix, minutes: float) -> dict[str, Any]:
+    """The healthy row for ``minutes``: its op count and what the monitor and ``kmon check``
+    reported (both must be nothing)."""
+    m.settings.durations["healthy"] = minutes * 60
+    m.run_quiet([_scenario("healthy")])
+    m.settle()
+    r = m.collect()[0]
+    return {"minutes": minutes, "ops": r.ops, "monitor": r.reported, "kmon_check": r.offline,
+            "verdict": r.verdict, "probe": r.probe}

@@ -1,0 +1,121 @@
+"""Real faults, real probe, real monitor: does the monitor report what the fault did, and
+nothing else?
+
+One module run (``kmon.nemesis.matrix.Matrix``): one in-process monitor on the suite's Spark
+session watches one events topic; the rows run their probes into it (faults one after the
+other; the two rows without a fault together first), the injected rows replay the healthy
+row's history with a Bufstream/KAFKA-17754 finding written in, then the watermark is moved
+past every grace period and each test asserts on what the monitor counted for its row
+(verdicts are attributed by the probe topics' prefix, ``kmon-mx-<tag>-<row>``).
+
+Fault durations are the scenarios' own, shortened where the fault does its work sooner
+(a leader pause or crash needs the 6 s session timeout to bite). Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kmon.history import iter_ops
+from kmon.nemesis.fixtures import toxiproxy  # noqa: F401  (pytest fixture)
+from kmon.nemesis.matrix import OFFLINE_ONLY, Matrix, MatrixSettings, RowResult, render_table
+from kmon.nemesis.scenarios import BY_NAME, KAFKA_NORMAL
+
+QUIET = ("healthy", "read-uncommitted")
+FAULTS = ("delete-records", "unclean-election", "idempotence-off", "pause-leader",
+          "crash-leader", "net-timeout")
+INJECTED = ("torn-transaction", "spurious-zero-offset", "server-side-filtering")
+SAFE = ("healthy", "pause-leader", "crash-leader", "net-timeout")
+DURATIONS = {"healthy": 10.0, "read-uncommitted": 10.0, "pause-leader": 10.0,
+             "crash-leader": 8.0}
+
+
+@pytest.fixture(scope="module")
+def rows(spark: Any, local_cluster: Any, toxiproxy: Any,  # noqa: F811
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, RowResult]]:
+    from kmon.nemesis import health
+
+    health.heal(local_cluster, toxiproxy)
+    health.wait_healthy(local_cluster, toxiproxy, timeout=180.0)
+    m = Matrix(local_cluster, toxiproxy, spark, tmp_path_factory.mktemp("matrix"),
+               MatrixSettings(durations=DURATIONS))
+    m.start()
+    try:
+        m.run_quiet([BY_NAME[n] for n in QUIET])
+        base = list(iter_ops(m.results["healthy"].history))
+        for name in INJECTED:
+            m.run_injected(BY_NAME[name], base)
+        for name in FAULTS:
+            m.run_fault(BY_NAME[name])
+        m.settle()
+        results = {r.name: r for r in m.collect()}
+        print("\n" + render_table(list(results.values())))
+        yield results
+    finally:
+        m.stop()
+        m.nemesis.heal()
+        health.wait_healthy(local_cluster, toxiproxy, timeout=180.0)
+
+
+def _types(counts: dict[str, int] | None) -> set[str]:
+    """The types the monitor can report (cycles are offline only), Kafka's normal ones out."""
+    return {t for t, n in (counts or {}).items()
+            if n and t not in KAFKA_NORMAL and t not in OFFLINE_ONLY}
+
+
+@pytest.mark.parametrize("name", SAFE)
+def test_safe_settings_under_faults_report_nothing(rows: dict[str, RowResult], name: str) -> None:
+    r = rows[name]
+    assert r.ops > 100, "the probe barely ran"
+    assert _types(r.reported) == set(), f"false alarm on {name}: {r.reported}"
+    assert _types(r.offline) == set(), f"kmon check finds {r.offline} in {name}'s history"
+
+
+def test_delete_records_ahead_of_consumers_is_a_lost_write(rows: dict[str, RowResult]) -> None:
+    r = rows["delete-records"]
+    assert r.reported.get("lost-write", 0) > 0, r.reported
+    assert r.verdict == "pass", r.why
+    assert "lost-write" in (r.offline or {})
+
+
+def test_unclean_election_at_acks1_reports_what_really_happened(
+        rows: dict[str, RowResult]) -> None:
+    r = rows["unclean-election"]
+    # The monitor's verdicts are the offline checker's on the same history, whatever the
+    # election (and the kill of the old leader, which leads other acks=1 partitions too) lost.
+    assert _types(r.reported) == _types(r.offline), (r.reported, r.offline)
+    lost = _types(r.offline) & {"lost-write", "inconsistent-offsets"}
+    if not lost and not r.fault_info.get("truncated"):
+        pytest.skip(f"the election truncated nothing a consumer saw: {r.fault_info}")
+    assert lost, f"records truncated ({r.fault_info.get('truncated')}) but no verdict"
+    assert r.verdict == "pass", r.why
+
+
+def test_read_uncommitted_with_aborts_is_g1a(rows: dict[str, RowResult]) -> None:
+    r = rows["read-uncommitted"]
+    assert r.reported.get("G1a", 0) > 0, r.reported
+    assert r.verdict == "pass", r.why
+    assert "G1a" in (r.offline or {})
+
+
+def test_idempotence_off_retries_duplicate_when_the_broker_did(
+        rows: dict[str, RowResult]) -> None:
+    r = rows["idempotence-off"]
+    if not r.fault_info.get("duplicated_in_log"):
+        # Never a duplicate verdict for a log that holds none.
+        assert "duplicate" not in _types(r.reported), r.reported
+        pytest.skip(f"the broker appended nothing twice in this run ({r.evidence})")
+    assert r.reported.get("duplicate", 0) > 0, (r.reported, r.evidence)
+    assert r.verdict == "pass", r.why
+
+
+@pytest.mark.parametrize("name", INJECTED)
+def test_injected_findings_are_reported(rows: dict[str, RowResult], name: str) -> None:
+    r = rows[name]
+    assert r.verdict == "pass", f"{r.why}: {r.reported}"
+    for t in BY_NAME[name].must:
+        assert r.reported.get(t, 0) > 0, (t, r.reported)
+    assert r.detection_s is not None and r.detection_s > 0
