@@ -82,6 +82,18 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         pairs_with=("none",),
     ),
     Preset(
+        "lagging-readers",
+        "safe clients, but consumers fall ever further behind the writes, so acknowledged "
+        "records wait unread in the log (what DeleteRecords or a retention bug then removes)",
+        settings={
+            "poll_share": "0.2",  # four sends for every poll (default: one for one) ...
+            "max_poll_records": "1",  # ... and a poll returns one record: readers fall behind
+            # No catch-up reads: one would read the whole backlog and leave nothing unread.
+            "catchup_interval": "0",
+        },
+        pairs_with=("delete-records",),
+    ),
+    Preset(
         "unclean",
         "acks=1 writes to 2-replica topics that may elect an out-of-sync leader",
         settings={

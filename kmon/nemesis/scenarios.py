@@ -83,7 +83,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("net-down", "proxied",
              lambda c, p, prefix: NetworkFault(p, "down", [_leader(c, prefix)], cluster=c),
              duration=10.0, note="clients cut off from one leader; brokers unaffected"),
-    Scenario("delete-records", "safe",
+    # Readers lag on purpose: with the probe's default settings consumers keep up at its
+    # rate, and a deletion up to the high watermark then removes only records already read.
+    Scenario("delete-records", "lagging-readers",
              lambda c, p, prefix: DeleteRecords(c, topic_prefix=prefix, count=4, interval=1.0),
              duration=15.0, must=("lost-write",),
              # What deletion also does: the deleted values are never read (unseen), a consumer
