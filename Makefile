@@ -53,6 +53,7 @@ bench: setup
 SOAK_MINUTES ?= 30
 soak: setup
 	$(BIN)/kmon cluster up
+	$(BIN)/kmon nemesis proxy up
 	$(BIN)/kmon nemesis soak --minutes $(SOAK_MINUTES)
 
 # The detection matrix (about 10 minutes): rewrites docs/detection-matrix.md.
