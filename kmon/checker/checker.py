@@ -83,7 +83,7 @@ class Checker:
             return
         frags = split(op, invoke_time)
         self._apply_fragments(frags)
-        if self.config.collect_lags and ty == "ok":
+        if self.config.collect_lags and ty == "ok" and f != "send":
             self._lag_of_tracked(op, frags, invoke_time)
         if self.config.cycles and ty != "fail" and f in MOP_FS:
             for k, pairs in op.reads().items():

@@ -94,6 +94,8 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
         c = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
         if off is not None and ok:
             i = off - st.base
+            if i >= len(flg) and st.base >= 0 and t > 0:
+                st.slot(off)  # grow the window here, as place_send would, and stay on this path
             if (0 <= i < len(flg) and not flg[i] and c not in st.loose
                     and c not in st.pending_reads and st.find(c) < 0):
                 # The common case, inline: first news of this value, at an untouched offset.

@@ -28,6 +28,7 @@ memory follows the in-flight window, not the history.
 
 from __future__ import annotations
 
+import functools
 import pickle
 import sys
 from array import array
@@ -99,6 +100,12 @@ HOUR = 3600 * 1_000_000_000
 
 def _empty(typecode: str, n: int, fill: int) -> array:
     return array(typecode, [fill]) * n
+
+
+@functools.lru_cache(maxsize=64)
+def _filler(typecode: str, n: int, fill: int) -> array:
+    """A shared run of ``fill`` to extend arrays with (copied by extend: never mutate it)."""
+    return _empty(typecode, n, fill)
 
 
 class KeyState:
@@ -191,18 +198,18 @@ class KeyState:
     def _grow_above(self, i: int) -> None:
         # Grow to the end of i's block, not slot by slot: sends arrive one offset at a time.
         n = ((i >> BLOCK_BITS) + 1 << BLOCK_BITS) - len(self.val)
-        self.val.extend(_empty("q", n, EMPTY))
-        self.flg.extend(_empty("H", n, 0))
-        self.wref.extend(_empty(self.wref.typecode, n, _NO_WRITER[self.wref.typecode]))
-        self.atime.extend(_empty(self.atime.typecode, n, 0))
+        self.val.extend(_filler("q", n, EMPTY))
+        self.flg.extend(_filler("H", n, 0))
+        self.wref.extend(_filler(self.wref.typecode, n, _NO_WRITER[self.wref.typecode]))
+        self.atime.extend(_filler(self.atime.typecode, n, 0))
         chunks = (len(self.val) + CHUNK - 1) >> CHUNK_BITS
         if chunks > len(self.ctime):
             extra = chunks - len(self.ctime)
-            self.ctime.extend(_empty("q", extra, 0))
-            self.amin.extend(_empty("q", extra, INF))
+            self.ctime.extend(_filler("q", extra, 0))
+            self.amin.extend(_filler("q", extra, INF))
         blocks = len(self.val) >> BLOCK_BITS
         if blocks > len(self.bmin):
-            self.bmin.extend(_empty("q", blocks - len(self.bmin), INF))
+            self.bmin.extend(_filler("q", blocks - len(self.bmin), INF))
 
     def _grow_below(self, off: int) -> None:
         new_base = off - (off % CHUNK)
@@ -271,6 +278,17 @@ class KeyState:
         return -1 if w == _NO_WRITER[self.wref.typecode] else w + self.obase
 
     def set_writer(self, i: int, op: int) -> None:
+        obase = self.obase
+        if op >= 0 and obase is not None:
+            try:
+                self.wref[i] = op - obase
+                return
+            except OverflowError:
+                pass
+        self._set_writer_slow(i, op)
+
+    def _set_writer_slow(self, i: int, op: int) -> None:
+        """``set_writer`` for an unknown writer, the first writer, or a 32-bit overflow."""
         if op < 0:
             self.wref[i] = _NO_WRITER[self.wref.typecode]
             return
@@ -336,20 +354,29 @@ class KeyState:
 
     def rebuild_index(self) -> None:
         """Rebuild the value index from the window (any size will do: probing is modulo)."""
-        live = [(i, c) for i, c in enumerate(self.val) if c != EMPTY and self.flg[i] & OCCUPIED]
+        flg = self.flg
+        live = [(i, c) for i, c in enumerate(self.val) if c != EMPTY and flg[i] & OCCUPIED]
         # Mostly tombstones (a steady online window): rebuild tight. Mostly growth (a window
         # that keeps growing, offline): leave room, so rebuilds stay geometric and rare.
         grows = len(live) * 13 > self.iused * 10
         size = max(16, (len(live) * 3 if grows else len(live) * 9 // 5) + 1)
         typecode = "H" if len(self.val) < 0xFFFF else "i"
-        self.index = _empty(typecode, size, _NO_SLOT[typecode])
+        none = _NO_SLOT[typecode]
+        self.index = index = _empty(typecode, size, none)
         self.ibase = self.base
-        self.iused = 0
+        # What index_add would do for each live value in turn, inline: the table is fresh (no
+        # tombstones), positions are slot numbers, and it stays under 70% full.
         seen: set[int] = set()
         for i, c in live:
             if c not in seen:  # a value held at two offsets keeps its first home
                 seen.add(c)
-                self.index_add(self.base + i, c)
+                h = (c ^ (c >> 29) ^ (c >> 47)) % size
+                while index[h] != none:
+                    h += 1
+                    if h == size:
+                        h = 0
+                index[h] = i
+        self.iused = len(seen)
 
     # -- writer records -----------------------------------------------------------------------
     def record_of(self, code: int) -> tuple[int, list | None]:
