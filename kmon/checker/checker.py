@@ -82,15 +82,6 @@ class Checker:
             self._crash(op.process)
             return
         frags = split(op, invoke_time)
-        self._apply_fragments(frags)
-        if self.config.collect_lags and ty == "ok" and f != "send":
-            self._lag_of_tracked(op, frags, invoke_time)
-        if self.config.cycles and ty != "fail" and f in MOP_FS:
-            for k, pairs in op.reads().items():
-                for _, v in pairs:
-                    self.reads.add((op.index, k, v))
-
-    def _apply_fragments(self, frags: list) -> None:
         sink, cfg, keys = self.sink, self.fold_config, self.keys
         for fr in frags:
             st = keys.get(fr.key)
@@ -99,6 +90,12 @@ class Checker:
             fold.apply(st, fr, cfg, sink)
         if sink.facts:
             self._route_facts()
+        if self.config.collect_lags and ty == "ok" and f != "send":
+            self._lag_of_tracked(op, frags, invoke_time)
+        if self.config.cycles and ty != "fail" and f in MOP_FS:
+            for k, pairs in op.reads().items():
+                for _, v in pairs:
+                    self.reads.add((op.index, k, v))
 
     def _route_facts(self) -> None:
         if self.sink.facts:
@@ -129,9 +126,12 @@ class Checker:
             if k in touched:
                 continue  # sampled by the fold
             st = keys.get(k)
-            pp = st.procs.get(p) if st is not None else None
-            pos = pp.lag_pos if pp is not None else -1
-            if st is None or pos >= st.last_revealed:
+            if st is None:
+                lags.append((invoke_time, p, k, 0))
+                continue
+            pp = st.procs.get(p)
+            pos = -1 if pp is None else pp.lag_pos
+            if pos >= st.last_revealed:
                 lags.append((invoke_time, p, k, 0))
             else:
                 realtime_lag.sample(st, pos, invoke_time, p, self.sink)

@@ -97,7 +97,7 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
             if i >= len(flg) and st.base >= 0 and t > 0:
                 st.slot(off)  # grow the window here, as place_send would, and stay on this path
             if (0 <= i < len(flg) and not flg[i] and c not in st.loose
-                    and c not in st.pending_reads and st.find(c) < 0):
+                    and c not in st.pending_reads and (ticket := st.probe(c)) < 0):
                 # The common case, inline: first news of this value, at an untouched offset.
                 val[i] = c
                 flg[i] = fresh
@@ -107,7 +107,7 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
                 a = atime[i]
                 if not a or u < a:
                     st.reveal_units(i, u)
-                st.index_add(off, c)
+                st.index_at(ticket, off, c)
                 ch = i >> CHUNK_BITS
                 if t > ctime[ch]:
                     ctime[ch] = t
@@ -165,7 +165,7 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
             if not f & READ:
                 a = atime[i]
                 if a:
-                    a = st.ns(a)
+                    a = (a - 1) * st.tunit + (st.tbase or 0)  # st.ns(a), inline
                     e2e.append((key, t - a if t > a else 0))
             if f & rb != rb:
                 flg[i] = f | VER | rb

@@ -327,6 +327,46 @@ class KeyState:
             if h == size:
                 h = 0
 
+    def probe(self, code: int) -> int:
+        """``find``, also noting where ``index_add`` would put ``code`` if it is not indexed.
+
+        Returns the offset of its home (>= 0), or else a negative ticket for ``index_at``: one
+        walk of the probe chain instead of two for a value about to be indexed.
+        """
+        index = self.index
+        size = len(index)
+        h = (code ^ (code >> 29) ^ (code >> 47)) % size
+        val, ibase = self.val, self.ibase
+        stale = self.base - ibase  # entries below this point to compacted offsets
+        none = _NO_SLOT[index.typecode]
+        free = -1  # the first tombstone on the chain: index_add reuses it
+        while True:
+            p = index[h]
+            if p == none:
+                return -2 - (h << 1) if free < 0 else -1 - (free << 1)
+            if p < stale:
+                if free < 0:
+                    free = h
+            elif val[p - stale] == code:
+                return p + ibase
+            h += 1
+            if h == size:
+                h = 0
+
+    def index_at(self, ticket: int, off: int, code: int) -> None:
+        """``index_add(off, code)`` where the ``probe`` that gave ``ticket`` found room."""
+        pos = off - self.ibase
+        index = self.index
+        if pos >= 0xFFFF and index.typecode == "H":
+            self.index_add(off, code)
+            return
+        h = -1 - ticket
+        index[h >> 1] = pos
+        if h & 1:  # an empty cell, not a reused tombstone
+            self.iused += 1
+            if self.iused * 10 > len(index) * 7:  # at most 70% full, tombstones included
+                self.rebuild_index()
+
     def index_add(self, off: int, code: int) -> None:
         pos = off - self.ibase
         index = self.index
