@@ -29,6 +29,7 @@ memory follows the in-flight window, not the history.
 from __future__ import annotations
 
 import functools
+import itertools
 import pickle
 import sys
 from array import array
@@ -106,6 +107,18 @@ def _empty(typecode: str, n: int, fill: int) -> array:
 def _filler(typecode: str, n: int, fill: int) -> array:
     """A shared run of ``fill`` to extend arrays with (copied by extend: never mutate it)."""
     return _empty(typecode, n, fill)
+
+
+# Byte value -> 1 if it has an OCCUPIED bit (both live in a flag's low byte), else 0.
+_OCCUPIED_BYTE = bytes(1 if b & OCCUPIED else 0 for b in range(256))
+assert OCCUPIED < 256
+_LOW_BYTES = slice(0, None, 2) if sys.byteorder == "little" else slice(1, None, 2)
+
+
+def _occupied(flg: array) -> itertools.compress:
+    """Slot numbers whose flags have an OCCUPIED bit, found in C rather than a Python loop."""
+    mask = flg.tobytes()[_LOW_BYTES].translate(_OCCUPIED_BYTE)
+    return itertools.compress(range(len(flg)), mask)
 
 
 class KeyState:
@@ -394,8 +407,8 @@ class KeyState:
 
     def rebuild_index(self) -> None:
         """Rebuild the value index from the window (any size will do: probing is modulo)."""
-        flg = self.flg
-        live = [(i, c) for i, c in enumerate(self.val) if c != EMPTY and flg[i] & OCCUPIED]
+        val = self.val
+        live = list(_occupied(self.flg))  # occupied slots hold values (codes), never EMPTY
         # Mostly tombstones (a steady online window): rebuild tight. Mostly growth (a window
         # that keeps growing, offline): leave room, so rebuilds stay geometric and rare.
         grows = len(live) * 13 > self.iused * 10
@@ -407,8 +420,9 @@ class KeyState:
         # What index_add would do for each live value in turn, inline: the table is fresh (no
         # tombstones), positions are slot numbers, and it stays under 70% full.
         seen: set[int] = set()
-        for i, c in live:
-            if c not in seen:  # a value held at two offsets keeps its first home
+        for i in live:
+            c = val[i]
+            if c not in seen and c != EMPTY:  # a value held at two offsets keeps its first home
                 seen.add(c)
                 h = (c ^ (c >> 29) ^ (c >> 47)) % size
                 while index[h] != none:
