@@ -58,6 +58,18 @@ def judge_read(
     _judge(st, code, off, flags, writer, rec, i, reader, time, ok, sink)
 
 
+def judge_read_at(
+    st: KeyState, i: int, code: int, off: int, reader: int, process: Any, time: int,
+    deadline: int, ok: bool, sink: Sink,
+) -> None:
+    """``judge_read`` for a value just read in slot ``i``: usually its home, so no lookup."""
+    flags = st.flg[i]
+    if not flags & W_ANY or st.find(code) != st.base + i:
+        judge_read(st, code, off, reader, process, time, deadline, ok, sink)
+        return
+    _judge(st, code, off, flags, st.writer(i), None, i, reader, time, ok, sink)
+
+
 def _judge(
     st: KeyState, code: int, off: int, flags: int, writer: int, rec: list | None, i: int,
     reader: int, time: int, ok: bool, sink: Sink,

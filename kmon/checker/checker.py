@@ -23,6 +23,8 @@ from kmon.checker.unseen import unseen_values
 from kmon.checker.values import EMPTY
 from kmon.history.model import MOP_FS, OP_FS, Op
 
+_OP_FS = frozenset(OP_FS)
+
 
 @dataclass(frozen=True, slots=True)
 class CheckConfig:
@@ -63,30 +65,23 @@ class Checker:
         return st
 
     def apply(self, op: Op) -> None:
-        if op.f not in OP_FS:
+        f = op.f
+        if f not in _OP_FS:
             return  # nemesis and other non-client ops
         self.ops += 1
-        if op.f in MOP_FS:
+        if f in MOP_FS:
             self.workload_ops += 1
-        if op.type == "invoke":
+        ty = op.type
+        if ty == "invoke":
             self.invoked_at[op.process] = op.time
             return
         invoke_time = self.invoked_at.pop(op.process, op.time)
         if op.meta is not None and op.meta.invoke_time is not None:
             invoke_time = op.meta.invoke_time  # what the online monitor uses too
-        if op.f == "crash":
+        if f == "crash":
             self._crash(op.process)
             return
         frags = split(op, invoke_time)
-        self._apply_fragments(frags)
-        if self.config.collect_lags:
-            self._lag_of_tracked(op, frags, invoke_time)
-        if self.config.cycles and op.type != "fail" and op.f in MOP_FS:
-            for k, pairs in op.reads().items():
-                for _, v in pairs:
-                    self.reads.add((op.index, k, v))
-
-    def _apply_fragments(self, frags: list) -> None:
         sink, cfg, keys = self.sink, self.fold_config, self.keys
         for fr in frags:
             st = keys.get(fr.key)
@@ -95,6 +90,12 @@ class Checker:
             fold.apply(st, fr, cfg, sink)
         if sink.facts:
             self._route_facts()
+        if self.config.collect_lags and ty == "ok" and f != "send":
+            self._lag_of_tracked(op, frags, invoke_time)
+        if self.config.cycles and ty != "fail" and f in MOP_FS:
+            for k, pairs in op.reads().items():
+                for _, v in pairs:
+                    self.reads.add((op.index, k, v))
 
     def _route_facts(self) -> None:
         if self.sink.facts:
@@ -104,19 +105,17 @@ class Checker:
                 self.txns.apply(fact, self.sink)
 
     def _lag_of_tracked(self, op: Op, frags: list, invoke_time: int) -> None:
-        """Sample lag on keys the process consumes that this op did not touch.
+        """Sample lag on keys the process consumes that this ok op did not touch.
 
         A process tracks the keys of its last assign (none after a subscribe), plus every key
         an ok poll or txn op of it touched, like Jepsen. (Probes list every assigned key in each
         poll, empty or not, so online the fragments carry these.)
         """
-        p = op.process
-        if op.type != "ok":
+        p, f = op.process, op.f
+        if f == "assign" or f == "subscribe":
+            self.tracked[p] = set(op.value or ()) if f == "assign" else set()
             return
-        if op.f in ("assign", "subscribe"):
-            self.tracked[p] = set(op.value or ()) if op.f == "assign" else set()
-            return
-        if op.f not in ("poll", "txn"):
+        if f != "poll" and f != "txn":
             return
         tracked = self.tracked.get(p)
         if tracked is None:
@@ -127,13 +126,16 @@ class Checker:
             if k in touched:
                 continue  # sampled by the fold
             st = keys.get(k)
-            pp = st.procs.get(p) if st is not None else None
-            pos = pp.lag_pos if pp is not None else -1
-            if st is None or pos >= st.last_revealed:
+            if st is None:
+                lags.append((invoke_time, p, k, 0))
+                continue
+            pp = st.procs.get(p)
+            pos = -1 if pp is None else pp.lag_pos
+            if pos >= st.last_revealed:
                 lags.append((invoke_time, p, k, 0))
             else:
                 realtime_lag.sample(st, pos, invoke_time, p, self.sink)
-        tracked.update(touched)
+        tracked.update(touched)  # always: even a no-op update may resize, reordering samples
 
     def _crash(self, process: Any) -> None:
         """A crashed client's replacement consumer starts afresh: forget its positions."""

@@ -51,32 +51,30 @@ class FoldConfig:
 
 
 def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
-    if fr.type == "invoke":
+    ty = fr.type
+    if ty == "invoke":
         # Nothing to learn yet: a read that beats this op's completion waits for it
         # (aborted_read.pending_reads), which the completion then settles.
         return
-    pp = st.procs.get(fr.process)
+    p, t = fr.process, fr.time
+    pp = st.procs.get(p)
     if pp is None:
-        pp = st.procs[fr.process] = ProcPos()
-    pp.time = fr.time
-    if fr.time > st.max_time:
-        st.max_time = fr.time
+        pp = st.procs[p] = ProcPos()
+    pp.time = t
+    if t > st.max_time:
+        st.max_time = t
     if fr.assigned or fr.rebalanced:
         pp.poll_off = None  # the consumer restarts from a committed offset: no order to check
-    deadline = INF if cfg.grace_ns is None else fr.time + cfg.grace_ns
+    deadline = INF if cfg.grace_ns is None else t + cfg.grace_ns
     if fr.sends:
         _apply_sends(st, pp, fr, deadline, sink)
     if fr.reads is not None:
         _apply_reads(st, pp, fr, deadline, sink)
-    if cfg.collect_lags and fr.type == "ok" and (fr.f == "poll" or fr.f == "txn"):
-        _sample_lag(st, pp, fr, sink)
-
-
-def _sample_lag(st: KeyState, pp: ProcPos, fr: Fragment, sink: Sink) -> None:
-    if pp.lag_pos >= st.last_revealed:  # caught up with everything known to exist
-        sink.lags.append((fr.invoke_time, fr.process, st.key, 0))
-    else:
-        realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, fr.process, sink)
+    if cfg.collect_lags and ty == "ok" and (fr.f == "poll" or fr.f == "txn"):
+        if pp.lag_pos >= st.last_revealed:  # caught up with everything known to exist
+            sink.lags.append((fr.invoke_time, p, st.key, 0))
+        else:
+            realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, p, sink)
 
 
 _DIRECT_MIN = -(1 << 62)
@@ -84,49 +82,58 @@ _DIRECT_END = 1 << 62
 
 
 def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
-    wflags = OUTCOME_FLAG.get(fr.type, W_INFO) | (MULTI if fr.n_writes > 1 else 0)
+    ty = fr.type
+    wflags = OUTCOME_FLAG.get(ty, W_INFO) | (MULTI if fr.n_writes > 1 else 0)
     fresh = wflags | SENT | VER  # an acknowledged value in an untouched slot
     ok = wflags & W_OK
-    t = fr.time
+    t, op = fr.time, fr.op
+    val, flg, atime, ctime = st.val, st.flg, st.atime, st.ctime  # mutated in place, never replaced
+    u = 0  # t in atime units, computed when first needed (the first call fixes a compact tbase)
     placed = []
     for v, off in fr.sends:
         c = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
         if off is not None and ok:
             i = off - st.base
-            if (0 <= i < len(st.flg) and not st.flg[i] and c not in st.loose
-                    and c not in st.pending_reads and st.find(c) < 0):
+            if i >= len(flg) and st.base >= 0 and t > 0:
+                st.slot(off)  # grow the window here, as place_send would, and stay on this path
+            if (0 <= i < len(flg) and not flg[i] and c not in st.loose
+                    and c not in st.pending_reads and (ticket := st.probe(c)) < 0):
                 # The common case, inline: first news of this value, at an untouched offset.
-                st.val[i] = c
-                st.flg[i] = fresh
-                st.set_writer(i, fr.op)
-                st.reveal(i, t)
-                st.index_add(off, c)
+                val[i] = c
+                flg[i] = fresh
+                st.set_writer(i, op)
+                if not u:
+                    u = st.units(t)
+                a = atime[i]
+                if not a or u < a:
+                    st.reveal_units(i, u)
+                st.index_at(ticket, off, c)
                 ch = i >> CHUNK_BITS
-                if t > st.ctime[ch]:
-                    st.ctime[ch] = t
+                if t > ctime[ch]:
+                    ctime[ch] = t
                 placed.append((off, v))
                 if off < st.frontier:
                     lost_write.sent_below_reads(st, i, deadline)
                 continue
         i = place_send(st, off, c, wflags, fr, sink)
-        aborted_read.writer_known(st, c, fr.time, sink)
+        aborted_read.writer_known(st, c, t, sink)
         if off is not None:
             placed.append((off, v))
             if i >= 0:
                 lost_write.sent_below_reads(st, i, deadline)
-        if ok and i >= 0 and st.flg[i] & READ:
+        if ok and i >= 0 and flg[i] & READ:
             sink.e2e.append((st.key, 0))  # a poll saw it before the ack arrived
-    if fr.type == "ok":
+    if ty == "ok":
         if len(placed) > 1:
-            send_order.within_op(st, placed, fr.op, fr.process, sink)
+            send_order.within_op(st, placed, op, fr.process, sink)
         if placed:
-            send_order.between_ops(st, pp, placed, fr.op, fr.process, sink)
+            send_order.between_ops(st, pp, placed, op, fr.process, sink)
             if fr.f == "txn" and placed[-1][0] > pp.lag_pos:
                 pp.lag_pos = max(o for o, _ in placed)  # a txn's own sends count (Jepsen)
-    elif fr.type == "info":
+    elif ty == "info":
         # The send went somewhere unknown (or nowhere): compare the next send with nothing.
         pp.send_off, pp.send_val = placed[-1] if placed else (None, None)
-        pp.send_op = fr.op
+        pp.send_op = op
 
 
 _NEEDS_JUDGING = W_FAIL | MULTI  # reads of these writers' values may be G1a or atomicity facts
@@ -136,63 +143,85 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     reads = fr.reads
     if not reads:
         return
-    ok = fr.type == "ok"
+    ty = fr.type
+    ok = ty == "ok"
     rb = READ | READ_OK if ok else READ
     # ok and info completions reveal the offsets they read (0: a failed op reveals nothing)
-    u = st.units(fr.time) if fr.type != "fail" else 0
+    u = st.units(fr.time) if ty != "fail" else 0
     own = {st.code(v) for v, _ in fr.sends} if fr.sends else None
     own_read = []
     internal = not fr.rebalanced
-    t = fr.time
+    t, op, process = fr.time, fr.op, fr.process
+    val, flg, atime, ctime = st.val, st.flg, st.atime, st.ctime  # mutated in place, never replaced
+    e2e, key = sink.e2e, st.key
     prev_off = prev_v = None
     hi = -1
     for off, v in reads:
         c = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
         i = off - st.base
-        f = st.flg[i] if 0 <= i < len(st.flg) and st.val[i] == c else 0
+        f = flg[i] if 0 <= i < len(flg) and val[i] == c else 0
         if f & OCCUPIED and f & W_ANY and not f & _NEEDS_JUDGING:
             # The common case: read where its send put it, by a known, unfailed writer.
             if not f & READ:
-                a = st.atime[i]
+                a = atime[i]
                 if a:
-                    a = st.ns(a)
-                    sink.e2e.append((st.key, t - a if t > a else 0))
+                    a = (a - 1) * st.tunit + (st.tbase or 0)  # st.ns(a), inline
+                    e2e.append((key, t - a if t > a else 0))
             if f & rb != rb:
-                st.flg[i] = f | VER | rb
-            a = st.atime[i]
+                flg[i] = f | VER | rb
+            a = atime[i]
             if u and (not a or u < a):
                 st.reveal_units(i, u)
             ch = i >> CHUNK_BITS
-            if t > st.ctime[ch]:
-                st.ctime[ch] = t
+            if t > ctime[ch]:
+                ctime[ch] = t
+        elif f & OCCUPIED and f & W_ANY and not f & W_FAIL:
+            # Read where its send put it, by a known, unfailed multi-write op: an atomicity fact.
+            _read_placed(st, i, f, t, u, rb, sink)
+            aborted_read.judge_read_at(st, i, c, off, op, process, t, deadline, ok, sink)
         else:
             place_read(st, off, c, fr, sink)
-            aborted_read.judge_read(st, c, off, fr.op, fr.process, t, deadline, ok, sink)
+            aborted_read.judge_read(st, c, off, op, process, t, deadline, ok, sink)
         if own is not None and c in own:
             own_read.append(v)
         if prev_off is not None and off != prev_off + 1 and internal:
-            poll_skip.within_op(st, prev_off, prev_v, off, v, fr.op, fr.process, sink)
+            poll_skip.within_op(st, prev_off, prev_v, off, v, op, process, sink)
         prev_off, prev_v = off, v
         if off > hi:
             hi = off
     if own_read:
-        aborted_read.precommitted(st, fr.op, own_read, sink)
+        aborted_read.precommitted(st, op, own_read, sink)
     if ok and hi > st.frontier:
-        lost_write.reads_reached(st, hi, fr.op, deadline)
+        lost_write.reads_reached(st, hi, op, deadline)
     # Every completion is compared with the last ok poll; only ok ones move the position (the
     # client rewinds after an abort, and an unknown outcome leaves the position unknown).
     first_off, first_v = reads[0]
     last = pp.poll_off
     if last is not None and first_off != last + 1 and not fr.rebalanced:
         poll_skip.between_ops(st, last, pp.poll_val, pp.poll_op, first_off, first_v,
-                              fr.op, fr.process, sink)
+                              op, process, sink)
     if ok:
         # After a rebalance of the key the consumer may restart anywhere (the rebalance may
         # have come after these reads): no position to compare the next poll with.
         pp.poll_off = None if fr.rebalanced else prev_off
-        pp.poll_val, pp.poll_op = prev_v, fr.op
+        pp.poll_val, pp.poll_op = prev_v, op
         if hi > pp.lag_pos:
             pp.lag_pos = hi
+
+
+def _read_placed(st: KeyState, i: int, f: int, t: int, u: int, rb: int, sink: Sink) -> None:
+    """``place_read`` for a read that found its value in slot ``i`` (flags ``f``)."""
+    ch = i >> CHUNK_BITS
+    if t > st.ctime[ch]:
+        st.ctime[ch] = t
+    if not f & READ:
+        revealed = st.revealed_ns(i)
+        if revealed > 0:
+            sink.e2e.append((st.key, t - revealed if t > revealed else 0))
+    st.flg[i] = f | VER | rb
+    a = st.atime[i]
+    if u and (not a or u < a):
+        st.reveal_units(i, u)
 
 
 def advance(st: KeyState, watermark: int, cfg: FoldConfig, sink: Sink) -> None:

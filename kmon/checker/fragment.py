@@ -77,12 +77,20 @@ def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
 
     Read lists are shared with the op, not copied: fragments are read-only.
     """
-    f, t, ty, idx, proc = op.f, op.time, op.type, op.index, op.process
+    f, t, ty, idx, proc, value = op.f, op.time, op.type, op.index, op.process, op.value
     it = t if invoke_time is None else invoke_time
+    if (f in _MOP_FS and value and len(value) == 1 and not (op.rebalance_log and ty != "invoke")):
+        # The common shapes, without the per-key dict: one send, or one poll.
+        m = value[0]
+        if m[0] == "send":
+            return [Fragment(m[1], idx, proc, ty, f, t, it, [(m[2], m[3])], None, False, False, 1)]
+        if m[0] == "poll":
+            return [Fragment(k, idx, proc, ty, f, t, it, None, pairs)
+                    for k, pairs in (m[1] or {}).items()]
     by_key: dict[Any, Fragment] = {}
-    if f in _MOP_FS and op.value:
+    if f in _MOP_FS and value:
         n_writes = 0
-        for m in op.value:
+        for m in value:
             if m[0] == "send":
                 n_writes += 1
                 k = m[1]
@@ -99,14 +107,11 @@ def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
                     if fr is None:
                         fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
                     fr.reads = pairs if fr.reads is None else [*fr.reads, *pairs]
-        if n_writes > 1:
+        if n_writes:
             for fr in by_key.values():
                 fr.n_writes = n_writes
-        elif n_writes:
-            for fr in by_key.values():
-                fr.n_writes = 1
-    elif f in ("assign", "subscribe") and ty != "invoke" and op.value:
-        for k in op.value:
+    elif f in ("assign", "subscribe") and ty != "invoke" and value:
+        for k in value:
             fr = by_key.get(k)
             if fr is None:
                 fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)

@@ -50,19 +50,24 @@ def crossing(
     Empty offsets in between remember this crossing, for values that arrive there later.
     """
     skipped = []
-    start = max(lo + 1, st.base) - st.base
-    end = min(hi - st.base, len(st.val))
+    base = st.base
+    start = lo + 1 - base if lo + 1 > base else 0
+    end = hi - base
     flg, val = st.flg, st.val
-    within = op_a == op_b
-    mark = GAP | (GAP_SEND if send else 0) | (GAP_INT if within else 0)
-    first = lo if within else op_a
-    # the third field: how far the crossing within one op went, else the process
-    third = hi - lo if within else (process if type(process) is int else -1)
+    if end > len(val):
+        end = len(val)
+    mark = -1  # what an empty offset remembers; worked out at the first one
     for i in range(start, end):
         f = flg[i]
         if f & VER:
             skipped.append(st.value(val[i]))
         elif not f & OCCUPIED:
+            if mark < 0:
+                within = op_a == op_b
+                mark = GAP | (GAP_SEND if send else 0) | (GAP_INT if within else 0)
+                first = lo if within else op_a
+                # the third field: how far the crossing within one op went, else the process
+                third = hi - lo if within else (process if type(process) is int else -1)
             flg[i] = (f & ~_GAP_BITS) | mark
             val[i] = first
             st.set_writer(i, op_b)

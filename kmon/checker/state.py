@@ -28,6 +28,8 @@ memory follows the in-flight window, not the history.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import pickle
 import sys
 from array import array
@@ -99,6 +101,24 @@ HOUR = 3600 * 1_000_000_000
 
 def _empty(typecode: str, n: int, fill: int) -> array:
     return array(typecode, [fill]) * n
+
+
+@functools.lru_cache(maxsize=64)
+def _filler(typecode: str, n: int, fill: int) -> array:
+    """A shared run of ``fill`` to extend arrays with (copied by extend: never mutate it)."""
+    return _empty(typecode, n, fill)
+
+
+# Byte value -> 1 if it has an OCCUPIED bit (both live in a flag's low byte), else 0.
+_OCCUPIED_BYTE = bytes(1 if b & OCCUPIED else 0 for b in range(256))
+assert OCCUPIED < 256
+_LOW_BYTES = slice(0, None, 2) if sys.byteorder == "little" else slice(1, None, 2)
+
+
+def _occupied(flg: array) -> itertools.compress:
+    """Slot numbers whose flags have an OCCUPIED bit, found in C rather than a Python loop."""
+    mask = flg.tobytes()[_LOW_BYTES].translate(_OCCUPIED_BYTE)
+    return itertools.compress(range(len(flg)), mask)
 
 
 class KeyState:
@@ -191,18 +211,18 @@ class KeyState:
     def _grow_above(self, i: int) -> None:
         # Grow to the end of i's block, not slot by slot: sends arrive one offset at a time.
         n = ((i >> BLOCK_BITS) + 1 << BLOCK_BITS) - len(self.val)
-        self.val.extend(_empty("q", n, EMPTY))
-        self.flg.extend(_empty("H", n, 0))
-        self.wref.extend(_empty(self.wref.typecode, n, _NO_WRITER[self.wref.typecode]))
-        self.atime.extend(_empty(self.atime.typecode, n, 0))
+        self.val.extend(_filler("q", n, EMPTY))
+        self.flg.extend(_filler("H", n, 0))
+        self.wref.extend(_filler(self.wref.typecode, n, _NO_WRITER[self.wref.typecode]))
+        self.atime.extend(_filler(self.atime.typecode, n, 0))
         chunks = (len(self.val) + CHUNK - 1) >> CHUNK_BITS
         if chunks > len(self.ctime):
             extra = chunks - len(self.ctime)
-            self.ctime.extend(_empty("q", extra, 0))
-            self.amin.extend(_empty("q", extra, INF))
+            self.ctime.extend(_filler("q", extra, 0))
+            self.amin.extend(_filler("q", extra, INF))
         blocks = len(self.val) >> BLOCK_BITS
         if blocks > len(self.bmin):
-            self.bmin.extend(_empty("q", blocks - len(self.bmin), INF))
+            self.bmin.extend(_filler("q", blocks - len(self.bmin), INF))
 
     def _grow_below(self, off: int) -> None:
         new_base = off - (off % CHUNK)
@@ -271,6 +291,17 @@ class KeyState:
         return -1 if w == _NO_WRITER[self.wref.typecode] else w + self.obase
 
     def set_writer(self, i: int, op: int) -> None:
+        obase = self.obase
+        if op >= 0 and obase is not None:
+            try:
+                self.wref[i] = op - obase
+                return
+            except OverflowError:
+                pass
+        self._set_writer_slow(i, op)
+
+    def _set_writer_slow(self, i: int, op: int) -> None:
+        """``set_writer`` for an unknown writer, the first writer, or a 32-bit overflow."""
         if op < 0:
             self.wref[i] = _NO_WRITER[self.wref.typecode]
             return
@@ -309,6 +340,46 @@ class KeyState:
             if h == size:
                 h = 0
 
+    def probe(self, code: int) -> int:
+        """``find``, also noting where ``index_add`` would put ``code`` if it is not indexed.
+
+        Returns the offset of its home (>= 0), or else a negative ticket for ``index_at``: one
+        walk of the probe chain instead of two for a value about to be indexed.
+        """
+        index = self.index
+        size = len(index)
+        h = (code ^ (code >> 29) ^ (code >> 47)) % size
+        val, ibase = self.val, self.ibase
+        stale = self.base - ibase  # entries below this point to compacted offsets
+        none = _NO_SLOT[index.typecode]
+        free = -1  # the first tombstone on the chain: index_add reuses it
+        while True:
+            p = index[h]
+            if p == none:
+                return -2 - (h << 1) if free < 0 else -1 - (free << 1)
+            if p < stale:
+                if free < 0:
+                    free = h
+            elif val[p - stale] == code:
+                return p + ibase
+            h += 1
+            if h == size:
+                h = 0
+
+    def index_at(self, ticket: int, off: int, code: int) -> None:
+        """``index_add(off, code)`` where the ``probe`` that gave ``ticket`` found room."""
+        pos = off - self.ibase
+        index = self.index
+        if pos >= 0xFFFF and index.typecode == "H":
+            self.index_add(off, code)
+            return
+        h = -1 - ticket
+        index[h >> 1] = pos
+        if h & 1:  # an empty cell, not a reused tombstone
+            self.iused += 1
+            if self.iused * 10 > len(index) * 7:  # at most 70% full, tombstones included
+                self.rebuild_index()
+
     def index_add(self, off: int, code: int) -> None:
         pos = off - self.ibase
         index = self.index
@@ -336,20 +407,30 @@ class KeyState:
 
     def rebuild_index(self) -> None:
         """Rebuild the value index from the window (any size will do: probing is modulo)."""
-        live = [(i, c) for i, c in enumerate(self.val) if c != EMPTY and self.flg[i] & OCCUPIED]
+        val = self.val
+        live = list(_occupied(self.flg))  # occupied slots hold values (codes), never EMPTY
         # Mostly tombstones (a steady online window): rebuild tight. Mostly growth (a window
         # that keeps growing, offline): leave room, so rebuilds stay geometric and rare.
         grows = len(live) * 13 > self.iused * 10
         size = max(16, (len(live) * 3 if grows else len(live) * 9 // 5) + 1)
         typecode = "H" if len(self.val) < 0xFFFF else "i"
-        self.index = _empty(typecode, size, _NO_SLOT[typecode])
+        none = _NO_SLOT[typecode]
+        self.index = index = _empty(typecode, size, none)
         self.ibase = self.base
-        self.iused = 0
+        # What index_add would do for each live value in turn, inline: the table is fresh (no
+        # tombstones), positions are slot numbers, and it stays under 70% full.
         seen: set[int] = set()
-        for i, c in live:
-            if c not in seen:  # a value held at two offsets keeps its first home
+        for i in live:
+            c = val[i]
+            if c not in seen and c != EMPTY:  # a value held at two offsets keeps its first home
                 seen.add(c)
-                self.index_add(self.base + i, c)
+                h = (c ^ (c >> 29) ^ (c >> 47)) % size
+                while index[h] != none:
+                    h += 1
+                    if h == size:
+                        h = 0
+                index[h] = i
+        self.iused = len(seen)
 
     # -- writer records -----------------------------------------------------------------------
     def record_of(self, code: int) -> tuple[int, list | None]:
