@@ -228,7 +228,17 @@ def _conflicting_send(
     rec = st.loose.get(code)
     if ok and not (rec is not None and rec[0] == off and rec[1] & VER):
         inconsistent(st, off, st.val[i], code, sink)
-    flags = wflags | SENT | (VER if ok else 0) | (rec[1] & READ_BITS if rec is not None else 0)
+    read = rec[1] & READ_BITS if rec is not None else 0
+    home = st.find(code)
+    if home >= 0:
+        # Polled at its real offset before this ack claimed another (spurious zero offsets
+        # with the poll first): the same duplicate, and the same reads, as in the other order.
+        j = home - st.base
+        if ok and st.flg[j] & VER:
+            duplicate(st, code, home, off, sink)
+        _teach_writer(st, j, wflags, fr.op, 0)
+        read |= st.flg[j] & READ_BITS
+    flags = wflags | SENT | (VER if ok else 0) | read
     st.loose[code] = [off, flags, fr.op, fr.time if ok else 0, fr.time]
 
 

@@ -77,3 +77,15 @@ def test_duplicate_seen_by_send_then_poll_in_either_order():
     for h in (a, b):
         assert check(h).errors["duplicate"] == [
             {"key": 1, "value": 5, "offsets": [1, 3], "count": 2}]
+
+
+def test_spurious_offset_acked_after_the_value_was_polled():
+    # The ack claims an offset another value holds, and a poll saw the value at its real
+    # offset first: the same verdicts as with the ack first, and the value is not unseen.
+    acks = [(0, "ok", "send", [send(1, 10, 0)]), (0, "ok", "send", [send(1, 11, 0)])]
+    read = (1, "ok", "poll", [poll({1: [(0, 10), (1, 11)]})])
+    for h in (history(*acks, read), history(acks[0], read, acks[1])):
+        r = check(h)
+        assert r.errors["inconsistent-offsets"] == [{"key": 1, "offset": 0, "values": [10, 11]}]
+        assert r.errors["duplicate"] == [{"key": 1, "value": 11, "offsets": [0, 1], "count": 2}]
+        assert not r.unseen_counts, r.unseen_counts
