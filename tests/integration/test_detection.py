@@ -21,7 +21,14 @@ import pytest
 
 from kmon.history import iter_ops
 from kmon.nemesis.fixtures import toxiproxy  # noqa: F401  (pytest fixture)
-from kmon.nemesis.matrix import OFFLINE_ONLY, Matrix, MatrixSettings, RowResult, render_table
+from kmon.nemesis.matrix import (
+    OFFLINE_ONLY,
+    Matrix,
+    MatrixSettings,
+    RowResult,
+    read_evidence,
+    render_table,
+)
 from kmon.nemesis.scenarios import BY_NAME, KAFKA_NORMAL
 
 QUIET = ("healthy", "read-uncommitted")
@@ -34,8 +41,8 @@ DURATIONS = {"healthy": 10.0, "read-uncommitted": 10.0, "pause-leader": 10.0,
 
 
 @pytest.fixture(scope="module")
-def rows(spark: Any, local_cluster: Any, toxiproxy: Any,  # noqa: F811
-         tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, RowResult]]:
+def matrix(spark: Any, local_cluster: Any, toxiproxy: Any,  # noqa: F811
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     from kmon.nemesis import health
 
     health.heal(local_cluster, toxiproxy)
@@ -44,20 +51,23 @@ def rows(spark: Any, local_cluster: Any, toxiproxy: Any,  # noqa: F811
                MatrixSettings(durations=DURATIONS))
     m.start()
     try:
-        m.run_quiet([BY_NAME[n] for n in QUIET])
-        base = list(iter_ops(m.results["healthy"].history))
-        for name in INJECTED:
-            m.run_injected(BY_NAME[name], base)
-        for name in FAULTS:
-            m.run_fault(BY_NAME[name])
-        m.settle()
-        results = {r.name: r for r in m.collect()}
-        print("\n" + render_table(list(results.values())))
-        yield results
+        yield m
     finally:
         m.stop()
-        m.nemesis.heal()
-        health.wait_healthy(local_cluster, toxiproxy, timeout=180.0)
+
+
+@pytest.fixture(scope="module")
+def rows(matrix: Matrix) -> dict[str, RowResult]:
+    matrix.run_quiet([BY_NAME[n] for n in QUIET])
+    base = list(iter_ops(matrix.results["healthy"].history))
+    for name in INJECTED:
+        matrix.run_injected(BY_NAME[name], base)
+    for name in FAULTS:
+        matrix.run_fault(BY_NAME[name])
+    matrix.settle()
+    results = {r.name: r for r in matrix.collect()}
+    print("\n" + render_table(list(results.values())))
+    return results
 
 
 def _types(counts: dict[str, int] | None) -> set[str]:
@@ -80,6 +90,28 @@ def test_delete_records_ahead_of_consumers_is_a_lost_write(rows: dict[str, RowRe
     assert r.verdict == "pass", r.why
     assert "lost-write" in (r.offline or {})
 
+
+def test_investigate_confirms_a_lost_write_from_a_real_fault(
+        matrix: Matrix, rows: dict[str, RowResult], capsys: pytest.CaptureFixture[str]) -> None:
+    """On-call's path: from the monitor's evidence of the DeleteRecords fault, `kmon
+    investigate <id>` rebuilds the key's story from the op events and confirms the loss."""
+    from kmon.cli import main
+
+    r = rows["delete-records"]
+    assert matrix.monitor is not None
+    anomalies = matrix.monitor.cfg.anomalies_topic
+    lost = [e for e in read_evidence(matrix.cluster.bootstrap, anomalies)
+            if e["probe"] == r.probe and e["anomaly"] == "lost-write" and not e["update"]]
+    assert lost, "no lost-write evidence for the delete-records row"
+    rec = lost[0]
+    code = main(["investigate", rec["id"], "--bootstrap", str(matrix.cluster.bootstrap),
+                 "--events-topic", matrix.events_topic, "--anomalies-topic", anomalies,
+                 "--window", "3"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"kmon investigate: lost-write {rec['id']} on key " in out, out
+    assert str(rec["values"][0]) in out  # the value no reader saw, among the ops shown
+    assert "Verdict: lost-write confirmed" in out, out
 
 def test_unclean_election_at_acks1_reports_what_really_happened(
         rows: dict[str, RowResult]) -> None:
