@@ -20,10 +20,14 @@ import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kmon.streaming import config
+
+log = logging.getLogger("kmon.monitor")
 
 _FLAGS = {
     "bootstrap_servers": "kafka.bootstrap.servers",
@@ -83,12 +87,18 @@ def load_config(args: argparse.Namespace, defaults: dict[str, Any] | None = None
     return config.from_mapping(values)
 
 
+# A query that dies on something other than data (a Python worker that could not connect
+# under load, a Kafka outage) is restarted in-process from the checkpoint; repeated failures
+# end the process (exit 1) so that a supervisor (Kubernetes) sees them.
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 600.0
+
+
 def run(cfg: config.MonitorConfig, stop: threading.Event | None = None) -> int:
-    """Start the monitor and block until ``stop`` is set, a signal, or a query fails."""
+    """Start the monitor and block until ``stop`` is set, a signal, or queries keep failing."""
     from kmon.streaming.monitor import Monitor
     from kmon.streaming.session import build_spark_session
 
-    log = logging.getLogger("kmon.monitor")
     stop = stop or threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -96,14 +106,44 @@ def run(cfg: config.MonitorConfig, stop: threading.Event | None = None) -> int:
     spark = build_spark_session("kmon-monitor", master=spark_conf.pop("spark.master", None),
                                 conf=spark_conf)
     spark.sparkContext.setLogLevel("WARN")
-    monitor = Monitor(cfg, spark)
-    monitor.start()
-    log.info("monitoring %s; metrics on %s:%s; checkpoint %s", cfg.events_topic,
-             cfg.metrics_host, cfg.metrics_port, cfg.checkpoint)
+
+    def start() -> Any:
+        monitor = Monitor(cfg, spark)
+        monitor.start()
+        log.info("monitoring %s; metrics on %s:%s; checkpoint %s", cfg.events_topic,
+                 cfg.metrics_host, cfg.metrics_port, cfg.checkpoint)
+        return monitor
+
+    return supervise(start, stop)
+
+
+def supervise(start: Callable[[], Any], stop: threading.Event,
+              backoff: Callable[[int], float] = lambda n: min(60.0, 2.0 ** n)) -> int:
+    """Run ``start()``'s monitor until ``stop``; restart it when a query fails, at most
+    ``MAX_RESTARTS`` times in ``RESTART_WINDOW_S``. Returns the exit status."""
+    monitor = start()
+    restarts: list[float] = []
     try:
         while not stop.is_set():
-            if monitor.await_termination(timeout=1.0):
-                return 1  # a query stopped on its own: its error was raised and logged
+            try:
+                if not monitor.await_termination(timeout=1.0):
+                    continue
+                error = "a query stopped on its own"
+            except Exception as e:  # the query's error, re-raised by awaitTermination
+                error = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            now = time.monotonic()
+            restarts = [t for t in restarts if now - t < RESTART_WINDOW_S]
+            if len(restarts) >= MAX_RESTARTS:
+                log.error("%s; %d restarts in %.0f s already: giving up", error,
+                          len(restarts), RESTART_WINDOW_S)
+                return 1
+            restarts.append(now)
+            log.error("%s; restarting both queries from the checkpoint (restart %d)", error,
+                      len(restarts))
+            monitor.stop()
+            if stop.wait(backoff(len(restarts))):
+                return 0
+            monitor = start()
         return 0
     finally:
         monitor.stop()

@@ -296,6 +296,10 @@ class Matrix:
     def collect(self, offline: bool = True) -> list[RowResult]:
         """Fill in each row's reported counts, detection time and verdict."""
         assert self.monitor is not None
+        dead = [name for name, q in self.monitor.queries.items() if not q.isActive]
+        if dead:  # counts would be silently short: say so instead of judging rows on them
+            raise RuntimeError(f"the monitor's {', '.join(dead)} query stopped during the run"
+                               " (its error is in the log): the matrix is incomplete")
         evidence = read_evidence(self.cluster.bootstrap, self.monitor.cfg.anomalies_topic)
         counts = self._counts_by_prefix()
         for name, r in self.results.items():
