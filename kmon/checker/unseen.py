@@ -30,9 +30,20 @@ def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
             seen.add(val[i])
             out.append((st.value(val[i]), base + i))
     for code, rec in st.loose.items():
-        if rec[1] & W_OK and not rec[1] & READ_OK and code not in seen:
+        if rec[1] & W_OK and not _loose_read(st, code, rec[1]) and code not in seen:
             out.append((st.value(code), rec[0]))
     return out
+
+
+def _loose_read(st: KeyState, code: int, flags: int) -> bool:
+    """Whether a value acknowledged at a conflicting offset was consumed: there, or where it
+    really is in the log (a committed poll after an uncommitted one reads it at its home slot,
+    which the loose record does not hear of)."""
+    if flags & READ_OK:
+        return True
+    home = st.find(code)
+    j = home - st.base
+    return home >= 0 and 0 <= j < len(st.flg) and bool(st.flg[j] & READ_OK)
 
 
 def unseen_count(st: KeyState) -> int:
@@ -60,6 +71,7 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
         st.unseen_from = st.base + len(flg)
     for code, rec in st.loose.items():  # acknowledged without an offset
         f = rec[1]
-        if f & W_OK and not f & (READ_OK | UNSEEN_DONE) and 0 < rec[3] <= horizon:
+        if (f & W_OK and not f & UNSEEN_DONE and 0 < rec[3] <= horizon
+                and not _loose_read(st, code, f)):
             rec[1] = f | UNSEEN_DONE
             sink.unseen.append((st.key, st.value(code), rec[0], rec[3]))

@@ -89,3 +89,18 @@ def test_spurious_offset_acked_after_the_value_was_polled():
         assert r.errors["inconsistent-offsets"] == [{"key": 1, "offset": 0, "values": [10, 11]}]
         assert r.errors["duplicate"] == [{"key": 1, "value": 11, "offsets": [0, 1], "count": 2}]
         assert not r.unseen_counts, r.unseen_counts
+
+
+def test_spurious_offset_value_read_uncommitted_then_committed_is_not_unseen():
+    # The first poll to see the value at its real offset belongs to a failed transaction, a
+    # committed one reads it next: consumed, though the ack put it at a conflicting offset.
+    h = history(
+        (0, "ok", "send", [send(1, 10, 0)]),
+        (1, "ok", "poll", [poll({1: [(0, 10)]})]),
+        (0, "ok", "send", [send(1, 11, 0)]),
+        (2, "fail", "txn", [poll({1: [(1, 11)]})]),
+        (3, "ok", "poll", [poll({1: [(1, 11)]})]),
+    )
+    r = check(h)
+    assert r.errors["duplicate"] == [{"key": 1, "value": 11, "offsets": [0, 1], "count": 2}]
+    assert not r.unseen_counts, r.unseen_counts
