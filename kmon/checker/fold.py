@@ -148,7 +148,7 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     rb = READ | READ_OK if ok else READ
     # ok and info completions reveal the offsets they read (0: a failed op reveals nothing)
     u = st.units(fr.time) if ty != "fail" else 0
-    own = {st.code(v) for v, _ in fr.sends} if fr.sends else None
+    own = {v for v, _ in fr.sends} if fr.sends else None  # raw values: no encoding needed
     own_read = []
     internal = not fr.rebalanced
     t, op, process = fr.time, fr.op, fr.process
@@ -182,7 +182,7 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
         else:
             place_read(st, off, c, fr, sink)
             aborted_read.judge_read(st, c, off, op, process, t, deadline, ok, sink)
-        if own is not None and c in own:
+        if own is not None and v in own:
             own_read.append(v)
         if prev_off is not None and off != prev_off + 1 and internal:
             poll_skip.within_op(st, prev_off, prev_v, off, v, op, process, sink)

@@ -81,21 +81,26 @@ def decide(st: KeyState, watermark: int, sink: Sink) -> None:
     if not st.cands:
         return
     keep = []
+    consumed: set[int] | None = None  # values an ok read consumed anywhere: one scan per call
     for cand in st.cands:
         if cand[0] > watermark:
             keep.append(cand)
         else:
-            _verdict(st, cand[1], cand[2], sink)
+            if consumed is None:
+                consumed = st.read_ok_codes()
+            _verdict(st, cand[1], cand[2], consumed, sink)
     st.cands = keep
 
 
-def _verdict(st: KeyState, off: int, reader: int, sink: Sink) -> None:
+def _verdict(st: KeyState, off: int, reader: int, consumed: set[int], sink: Sink) -> None:
     i = off - st.base
     f = st.flg[i]
     st.flg[i] = (f & ~CAND) | DECIDED
     code = st.val[i]
     home = st.find(code)
     if f & READ_OK or (home >= 0 and st.flg[home - st.base] & READ_OK):
+        return
+    if code in consumed:  # consumed where it really is (its ack named another offset)
         return
     value, writer = st.value(code), st.writer(i)
     if f & VER and f & W_OK:

@@ -322,6 +322,13 @@ class KeyState:
             self.atime[i] = -1
 
     # -- value index ------------------------------------------------------------------------
+    def read_ok_codes(self) -> set[int]:
+        """Values a committed (ok) read consumed at some slot. A value acknowledged at a wrong
+        offset sits at two slots, and the index knows only the first: a scan, for the rare
+        absence verdicts."""
+        val, flg = self.val, self.flg
+        return {val[i] for i in range(len(flg)) if flg[i] & READ_OK and flg[i] & OCCUPIED}
+
     def find(self, code: int) -> int:
         """Offset of the slot holding ``code`` (its first home), or -1."""
         index = self.index

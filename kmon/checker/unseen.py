@@ -24,9 +24,14 @@ def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
     out: list[tuple[Any, int | None]] = []
     seen: set[int] = set()
     flg, val, base = st.flg, st.val, st.base
+    consumed: set[int] | None = None
     for i in range(len(flg)):
         f = flg[i]
         if _acked_unread(f) and val[i] not in seen and st.find(val[i]) == base + i:
+            if consumed is None:
+                consumed = st.read_ok_codes()
+            if val[i] in consumed:  # read at another slot: where it really is in the log
+                continue
             seen.add(val[i])
             out.append((st.value(val[i]), base + i))
     for code, rec in st.loose.items():
@@ -57,11 +62,16 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
     limit = st.units(horizon)
     start = st.unseen_from - st.base if st.unseen_from > st.base else 0
     settled = True  # everything scanned so far is read, judged, or not acknowledged
+    consumed: set[int] | None = None
     for i in range(start, len(flg)):
         f = flg[i]
         if _acked_unread(f) and not f & UNSEEN_DONE:
             if 0 < atime[i] <= limit:
                 flg[i] = f | UNSEEN_DONE
+                if consumed is None:
+                    consumed = st.read_ok_codes()
+                if st.val[i] in consumed:  # read at another slot: where it really is
+                    continue
                 sink.unseen.append((st.key, st.value(st.val[i]), st.base + i,
                                     st.revealed_ns(i)))
             elif settled:

@@ -104,3 +104,19 @@ def test_spurious_offset_value_read_uncommitted_then_committed_is_not_unseen():
     r = check(h)
     assert r.errors["duplicate"] == [{"key": 1, "value": 11, "offsets": [0, 1], "count": 2}]
     assert not r.unseen_counts, r.unseen_counts
+
+
+def test_spurious_offset_on_a_free_slot_read_where_it_really_is_is_not_lost():
+    # The ack names an offset nobody holds (0), a failed transaction then a committed poll read
+    # the value at its real offset (2), and reads go past 0: a duplicate, neither a lost
+    # write nor unseen (seen in the detection matrix's injected spurious-zero row).
+    h = history(
+        (0, "ok", "send", [send(1, 12, 0)]),
+        (0, "ok", "send", [send(1, 13, 3)]),
+        (2, "fail", "txn", [poll({1: [(2, 12)]})]),
+        (3, "ok", "poll", [poll({1: [(2, 12), (3, 13)]})]),
+    )
+    for r in (check(h), check(h, grace_ns=1, unseen_grace_ns=1)):
+        assert r.errors["duplicate"] == [{"key": 1, "value": 12, "offsets": [0, 2], "count": 2}]
+        assert not r.errors.get("lost-write"), r.errors.get("lost-write")
+        assert not r.unseen_counts, r.unseen_counts
