@@ -57,7 +57,13 @@ KEYS: dict[str, tuple[Any, str]] = {
                                         "(a restart after downtime) comes in bounded batches"),
     "metrics.host": ("0.0.0.0", "address the Prometheus endpoint binds"),
     "metrics.port": (9464, "port of the Prometheus endpoint (0: no endpoint)"),
+    "txn.trigger": ("5s", "micro-batch interval of stage 2 (transactions): every batch has a "
+                          "fixed cost, and on few cores a busy stage 2 slows stage 1 down"),
     "txn.buckets": (16, "stage 2 state groups per probe (writers are spread over them)"),
+    "txn.retention": ("5min", "how long stage 2 keeps a writer's facts after its last one: a "
+                              "torn transaction whose halves are decided further apart is missed"),
+    "txn.max.writers": (20_000, "writers stage 2 keeps per bucket at most (oldest forgotten "
+                                "first): bounds its memory"),
     "verdict.memory": (1024, "anomalies remembered per key to count each once"),
 }
 REQUIRED = ("kafka.bootstrap.servers", "checkpoint")
@@ -120,6 +126,9 @@ class MonitorConfig:
     metrics_port: int
     txn_buckets: int
     verdict_memory: int
+    txn_trigger_s: float = 5.0
+    txn_retention_s: float = 300.0
+    txn_max_writers: int = 20_000
     source_options: dict[str, str] = field(default_factory=dict)
     producer_config: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -248,12 +257,8 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
                                     "topics.dead-letters")]
     if len(set(topics)) != len(topics):
         raise ConfigError("topics.*: events, anomalies, facts and dead-letters must differ")
-    trigger = parse_duration("trigger", settings["trigger"])
-    if trigger <= 0:
-        raise ConfigError("trigger: must be positive")
-    grace = parse_duration("grace", settings["grace"])
-    if grace <= 0:
-        raise ConfigError("grace: must be positive")
+    trigger = _positive("trigger", settings["trigger"])
+    grace = _positive("grace", settings["grace"])
     unseen = parse_duration("unseen.grace", settings["unseen.grace"])
     skew = parse_duration("max.future.skew", settings["max.future.skew"])
     starting = str(settings["starting.offsets"]).strip()
@@ -280,10 +285,20 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
         metrics_port=_int("metrics.port", settings["metrics.port"], 0, 65535),
         txn_buckets=_int("txn.buckets", settings["txn.buckets"], 1, 4096),
         verdict_memory=_int("verdict.memory", settings["verdict.memory"], 16, 1 << 20),
+        txn_trigger_s=_positive("txn.trigger", settings["txn.trigger"]),
+        txn_retention_s=parse_duration("txn.retention", settings["txn.retention"]),
+        txn_max_writers=_int("txn.max.writers", settings["txn.max.writers"], 16, 1 << 24),
         source_options=passthrough["source."],
         producer_config=passthrough["producer."],
         spark_conf=passthrough["spark."],
     )
+
+
+def _positive(key: str, value: Any) -> float:
+    seconds = parse_duration(key, value)
+    if seconds <= 0:
+        raise ConfigError(f"{key}: must be positive")
+    return seconds
 
 
 def _text(value: Any) -> str:

@@ -121,7 +121,8 @@ def stage2(spark: Any, cfg: MonitorConfig, starting_offsets: str) -> Any:
              # No watermark here: stage 2's clock is stage 1's, carried by the facts.
              .withColumn("bucket", F.expr(f"pmod(writer, {cfg.txn_buckets})")))
     return facts.groupBy("probe", "bucket").transformWithStateInPandas(
-        statefulProcessor=TxnFoldProcessor(int(cfg.grace_s * 1e9), cfg.verdict_memory),
+        statefulProcessor=TxnFoldProcessor(int(cfg.grace_s * 1e9), cfg.verdict_memory,
+                                           int(cfg.txn_retention_s * 1e9), cfg.txn_max_writers),
         outputStructType=OUTPUT_SCHEMA, outputMode="Update", timeMode="None")
 
 
@@ -192,7 +193,7 @@ class Monitor:
             .queryName(f"kmon-{TRANSACTIONS}")
             .foreachBatch(self.outputs.txn_batch)
             .option("checkpointLocation", self.cfg.stage2_checkpoint)
-            .trigger(processingTime=trigger).start())
+            .trigger(processingTime=_ms(self.cfg.txn_trigger_s)).start())
 
     def stage_of(self, query_id: str) -> str | None:
         for stage, q in self.queries.items():

@@ -196,9 +196,11 @@ class TxnFoldProcessor(_Timed):
     """Stage 2, grouped by (probe, writer bucket). See ``txnfold`` (its clock comes with the
     facts: no timers, no watermark of its own)."""
 
-    def __init__(self, grace_ns: int, verdict_memory: int = 1024) -> None:
+    def __init__(self, grace_ns: int, verdict_memory: int = 1024, retain_ns: int | None = None,
+                 max_writers: int | None = None) -> None:
         self.grace_ns = grace_ns
         self.verdict_memory = verdict_memory
+        self.memory = (retain_ns, max_writers)  # how long / how many writers a bucket keeps
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: Any) -> Iterator[pd.DataFrame]:
@@ -209,8 +211,8 @@ class TxnFoldProcessor(_Timed):
             facts.extend(dict(zip(FACT_FIELDS, vals, strict=True))
                          for vals in zip(*cols, strict=True))
         data = self._load()
-        b = TxnBucket(probe, self.grace_ns, self.verdict_memory) if data is None else (
-            TxnBucket.from_bytes(probe, data, self.grace_ns, self.verdict_memory))
+        b = TxnBucket(probe, self.grace_ns, self.verdict_memory, *self.memory) if data is None \
+            else TxnBucket.from_bytes(probe, data, self.grace_ns, self.verdict_memory, *self.memory)
         out = b.batch(facts)
         self._save(b, 0, out)
         yield to_frame(out)

@@ -15,9 +15,10 @@ come long before. So stage 2's clock is *stage 1's watermark*, carried by every 
 the watermark of the call that emitted it), not the facts' own event times: a micro-batch
 that covers a lot of event time (a restart with a backlog) must not make stage 2 forget a
 writer whose invisible facts stage 1 has not decided yet. A fact counts at ``max(time, wm)``,
-and ``TxnStage.advance(clock)`` forgets writers two grace periods behind the clock, as the
-checker does offline. Stage 1 flushes each micro-batch's facts before the next one starts, so a
-clock value read here means every fact stage 1 decided before it is already here too.
+and ``TxnStage.advance(clock)`` forgets writers ``txn.retention`` behind the clock (at least
+two grace periods; readers of a transaction's other keys may lag far behind), oldest first past
+``txn.max.writers`` per bucket. Stage 1 flushes each micro-batch's facts before the next one
+starts, so a clock value read here means every fact stage 1 decided before it is already here too.
 Forgetting happens when facts arrive; a bucket idle forever keeps its last few writers.
 
 Facts of one batch are applied in (time, writer, key, value) order, so a replayed batch emits the
@@ -44,9 +45,10 @@ FACT_FIELDS = ("kind", "writer", "key", "value", "offset", "outcome", "time", "w
 class TxnBucket:
     __slots__ = ("clock", "places", "probe", "stage", "timer_ms", "verdicts")
 
-    def __init__(self, probe: str, grace_ns: int, verdict_memory: int = 1024) -> None:
+    def __init__(self, probe: str, grace_ns: int, verdict_memory: int = 1024,
+                 retain_ns: int | None = None, max_writers: int | None = None) -> None:
         self.probe = probe
-        self.stage = TxnStage(grace_ns)
+        self.stage = TxnStage(grace_ns, retain_ns, max_writers)
         self.clock = 0  # stage 1's watermark, as the latest fact carried it
         self.places: dict[str, tuple[str, int | None]] = {}  # key (JSON) -> (topic, partition)
         self.verdicts = ev.Verdicts(verdict_memory)
@@ -59,12 +61,12 @@ class TxnBucket:
                              self.clock), protocol=5)
 
     @classmethod
-    def from_bytes(cls, probe: str, data: bytes, grace_ns: int,
-                   verdict_memory: int = 1024) -> TxnBucket:
+    def from_bytes(cls, probe: str, data: bytes, grace_ns: int, verdict_memory: int = 1024,
+                   retain_ns: int | None = None, max_writers: int | None = None) -> TxnBucket:
         version, txns, places, verdicts, clock = pickle.loads(data)
         if version != _STATE_VERSION:
             raise ValueError(f"unknown transaction stage state version {version!r}")
-        b = cls(probe, grace_ns, verdict_memory)
+        b = cls(probe, grace_ns, verdict_memory, retain_ns, max_writers)
         for w, (vis, inv, torn, lost, t) in txns.items():
             ts = TxnState()
             ts.visible, ts.invisible, ts.torn_reported, ts.lost_reported, ts.time = (

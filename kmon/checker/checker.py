@@ -32,6 +32,8 @@ class CheckConfig:
     isolation: str = "read_committed"  # what the consumers were configured with
     grace_ns: int | None = None  # None: offline, decide absence at the end of the history
     unseen_grace_ns: int | None = None
+    # Online: how long the transaction stage keeps a writer (at least two grace periods).
+    txn_retention_ns: int | None = None
     collect_lags: bool = True
     cycles: bool = True  # search G0/G1c (offline only: keeps every op's highest reads)
 
@@ -49,7 +51,7 @@ class Checker:
         # Online-style runs (a grace period) keep millisecond ack times, offline exact ones.
         self.compact = self.config.grace_ns is not None
         self.keys: dict[Any, KeyState] = {}
-        self.txns = TxnStage(self.config.grace_ns)
+        self.txns = TxnStage(self.config.grace_ns, self.config.txn_retention_ns)
         self.sink = Sink(collect_lags=self.config.collect_lags)
         self.invoked_at: dict[Any, int] = {}  # process -> time of its pending invocation
         self.tracked: dict[Any, set[Any]] = {}  # process -> keys it consumes (for lag)

@@ -17,6 +17,7 @@ invisible: [[key, value, offset], ...]}`` where ``key`` is the first invisible w
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from kmon.checker.anomaly import LOST_WRITE, TORN_TRANSACTION
@@ -35,11 +36,20 @@ class TxnState:
 
 
 class TxnStage:
-    """Per-writer atomicity state. ``grace_ns`` None: keep everything (offline)."""
+    """Per-writer atomicity state. ``grace_ns`` None: keep everything (offline).
 
-    def __init__(self, grace_ns: int | None = None) -> None:
+    Online, a writer is kept ``retain_ns`` after its last fact (at least two grace periods):
+    a transaction's visible half may be decided long before its invisible half, when the
+    readers of its other keys lag behind, and a torn verdict needs both. ``max_writers``
+    bounds the memory whatever the retention: past it the oldest writers are forgotten first.
+    """
+
+    def __init__(self, grace_ns: int | None = None, retain_ns: int | None = None,
+                 max_writers: int | None = None) -> None:
         self.grace_ns = grace_ns
-        self.txns: dict[Any, TxnState] = {}
+        self.retain_ns = None if grace_ns is None else max(2 * grace_ns, retain_ns or 0)
+        self.max_writers = max_writers
+        self.txns: dict[Any, TxnState] = {}  # in order of first fact: oldest first
 
     def apply(self, fact: TxnFact, sink: Sink) -> None:
         ts = self.txns.get(fact.writer)
@@ -53,11 +63,13 @@ class TxnStage:
         judge(fact.writer, ts, sink)
 
     def advance(self, watermark: int) -> None:
-        if self.grace_ns is None:
+        if self.retain_ns is None:
             return
-        # Invisible facts come a grace period after the reads; keep visible ones twice as long.
-        horizon = watermark - 2 * self.grace_ns
+        horizon = watermark - self.retain_ns
         for w in [w for w, ts in self.txns.items() if ts.time <= horizon]:
+            del self.txns[w]
+        excess = len(self.txns) - (self.max_writers or len(self.txns))
+        for w in list(itertools.islice(self.txns, max(0, excess))):
             del self.txns[w]
 
 

@@ -1,5 +1,8 @@
 """torn-transaction (KAFKA-17754)."""
 
+from kmon.checker.anomaly import TORN_TRANSACTION
+from kmon.checker.sink import Sink, TxnFact
+from kmon.checker.torn import TxnStage
 from tests.checker.helpers import check, history, poll, send
 
 
@@ -43,3 +46,40 @@ def test_unknown_offset_cannot_prove_invisibility():
     h = history((0, "fail", "txn", [send(1, 1, 0), send(2, 2, None)]),
                 (1, "ok", "poll", [poll({1: [(0, 1)], 2: [(5, 3)]})]))
     assert "torn-transaction" not in check(h).errors
+
+
+# -- online memory of the transaction stage ------------------------------------------------
+
+_S = 1_000_000_000
+
+
+def _halves_apart(stage: TxnStage, gap_s: int, writer: int = 7) -> list:
+    """A txn's visible half at t=0 and its invisible half ``gap_s`` later (readers of its other
+    key lagging), the stage's clock moving with the facts; the torn verdicts it gave."""
+    sink = Sink()
+    stage.apply(TxnFact("visible", writer, "a", 1, 10, "ok", 0), sink)
+    stage.advance(0)
+    for t in range(1, gap_s):  # other writers' facts move the clock on in the meantime
+        stage.apply(TxnFact("visible", 1000 + t, "c", t, t, "ok", t * _S), sink)
+        stage.advance(t * _S)
+    stage.apply(TxnFact("invisible", writer, "b", 2, 20, "ok", gap_s * _S), sink)
+    return [a for a in sink.anomalies if a.type == TORN_TRANSACTION]
+
+
+def test_torn_halves_decided_minutes_apart_are_found_within_the_retention() -> None:
+    assert _halves_apart(TxnStage(grace_ns=5 * _S, retain_ns=300 * _S), gap_s=120)
+
+
+def test_the_stage_forgets_writers_past_its_retention() -> None:
+    # Two grace periods only (no retention given): the visible half is gone when the other
+    # half comes 2 minutes later. This is the bound; kmon check still finds it offline.
+    assert not _halves_apart(TxnStage(grace_ns=5 * _S), gap_s=120)
+    assert _halves_apart(TxnStage(grace_ns=None), gap_s=120)
+
+
+def test_the_stage_keeps_at_most_max_writers_oldest_forgotten_first() -> None:
+    stage = TxnStage(grace_ns=5 * _S, retain_ns=3600 * _S, max_writers=50)
+    assert len(stage.txns) == 0
+    assert not _halves_apart(stage, gap_s=120)  # writer 7 was the oldest of 120
+    assert len(stage.txns) <= 51
+    assert 1119 in stage.txns and 1001 not in stage.txns

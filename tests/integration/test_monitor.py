@@ -40,7 +40,8 @@ def _config(bootstrap: str, tmp: Any, run: str, **extra: str) -> config.MonitorC
         "kafka.bootstrap.servers": bootstrap, "checkpoint": str(tmp / f"ck-{run}"),
         "topics.events": f"ev-{run}", "topics.anomalies": f"an-{run}",
         "topics.facts": f"fa-{run}", "topics.dead-letters": f"dl-{run}",
-        "metrics.port": 0, "trigger": "500ms", "grace": "2s", "watermark.delay": "1s",
+        "metrics.port": 0, "trigger": "500ms", "txn.trigger": "500ms", "grace": "2s",
+        "watermark.delay": "1s",
         "unseen.grace": "20s", **extra})
 
 

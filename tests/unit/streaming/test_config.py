@@ -37,6 +37,12 @@ def test_yaml_file_nested_keys_and_passthrough(tmp_path) -> None:
     assert cfg.spark_conf == {"master": "spark://m:7077"}
 
 
+def test_stage2_memory_settings() -> None:
+    cfg = load(overrides=[*REQUIRED, "txn.retention=10min", "txn.max.writers=5000"], env={})
+    assert (cfg.txn_retention_s, cfg.txn_max_writers) == (600.0, 5000)
+    assert load(overrides=REQUIRED, env={}).txn_retention_s == 300.0
+
+
 def test_config_path_from_environment(tmp_path) -> None:
     f = tmp_path / "m.yaml"
     f.write_text("kafka.bootstrap.servers: x:1\ncheckpoint: /c\n")
@@ -51,6 +57,9 @@ def test_config_path_from_environment(tmp_path) -> None:
     (["topics.facts=kmon-events"], "topics"),
     (["max.events.per.trigger=lots"], "max.events.per.trigger"),
     (["starting.offsets=yesterday"], "starting.offsets"),
+    (["txn.retention=forever"], "txn.retention"),
+    (["txn.trigger=0"], "txn.trigger"),
+    (["txn.max.writers=3"], "txn.max.writers"),
     (["tirgger=1s"], "tirgger"),
     (["no-equals-sign"], "no-equals-sign"),
 ])
