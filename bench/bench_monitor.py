@@ -9,7 +9,9 @@ Prints, on this machine (local[2]) and in one run:
    ``--event-rate``; then the whole monitor (decode, both stages, outputs, metrics) reads them
    with a 1 s trigger and ``max.events.per.trigger`` = R, for R up a ladder. R is sustained
    when the median micro-batch takes at most the trigger. The highest sustained R is the
-   figure, next to the ceiling (target: at least 0.8 of it).
+   figure, next to the ceiling (target: at least 0.8 of it); the processing rate at each R
+   (events / batch time) shows the per-batch fixed cost against the per-event cost, and at
+   200k a batch has the ceiling's own shape.
 3. **State bytes per key** after 1M events: each key's serialized state (what the state store
    holds and moves per micro-batch), from the stage 1 operator.
 4. **Detection latency** at 5k events/s: a producer process sends healthy events at that rate
@@ -175,8 +177,6 @@ def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: in
         say(f"  {rate:>7,} events/batch: median batch {med:.2f} s (max {max(durations):.2f}),"
             f" {'sustained' if med <= 1.0 else 'NOT sustained'}; processing {rate_done:,.0f}"
             f" events/s ({load()})")
-        if med > 1.0:
-            break
     sustained = max((r for r, med, _ in results if med <= 1.0), default=0)
     return {"sustained": sustained, "results": results, "state_bytes": state_bytes,
             "rocksdb": rocksdb, "consumed": consumed}
@@ -293,10 +293,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     ap.add_argument("--ceiling-events", type=int, default=2_000_000)
-    ap.add_argument("--events", type=int, default=1_600_000)
+    ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--event-rate", type=float, default=30_000,
                     help="event time advances at this many events/s in the throughput run")
-    ap.add_argument("--ladder", default="10000,20000,30000,40000,50000,60000")
+    # Up to the monitor's default cap per batch (200k): the ceiling's own batch shape.
+    ap.add_argument("--ladder", default="2500,5000,10000,50000,200000")
     ap.add_argument("--batches", type=int, default=6)
     ap.add_argument("--latency-seconds", type=float, default=75)
     ap.add_argument("--trigger", default="1s", help="trigger of the latency run")
@@ -304,7 +305,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.ceiling_events, args.events, args.batches = 400_000, 300_000, 3
-        args.ladder, args.latency_seconds = "10000,20000", 30
+        args.ladder, args.latency_seconds = "2500,10000", 30
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     say(f"kmon monitor benchmark: {os.cpu_count()} cores, {load()}")
     ceil = {} if args.skip_ceiling else ceiling(args.ceiling_events, 64)
@@ -334,6 +335,10 @@ def main() -> int:
         f"{s:,} events/s{ratio}")
     for rate, med, done in thr["results"]:
         say(f"  {rate:>7,}/batch: median batch {med:.2f} s, processing {done:,.0f} events/s")
+    best = max((done for _, _, done in thr["results"]), default=0.0)
+    if pandas and best:
+        say(f"best processing rate (any batch size): {best:,.0f} events/s = "
+            f"{best / pandas:.2f} x the ceiling")
     sb = sorted(thr["state_bytes"].values())
     if sb:
         say(f"state per key after {thr['consumed']:,} events: median {statistics.median(sb):,.0f}"
