@@ -387,7 +387,8 @@ def _run_matrix(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with _matrix(args, settings) as m:
         rows = run_all(m, args.rows)
-    write_doc(args.out, rows, time.monotonic() - started, settings, REGENERATE)
+    write_doc(args.out, rows, time.monotonic() - started, settings, REGENERATE,
+              m.probe_deaths)
     print(render_table(rows))
     print(f"wrote {args.out}")
     return 0 if all(r.verdict != "FAIL" for r in rows) else 1

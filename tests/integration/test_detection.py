@@ -8,13 +8,16 @@ row's history with a Bufstream/KAFKA-17754 finding written in, then the watermar
 past every grace period and each test asserts on what the monitor counted for its row
 (verdicts are attributed by the probe topics' prefix, ``kmon-mx-<tag>-<row>``).
 
+Each probe runs in its own process (``kmon.nemesis.probe_child``): librdkafka has crashed
+a probe under DeleteRecords about once in three runs, and a crash must cost one rerun of
+that row, not the test run.
+
 Fault durations are the scenarios' own, shortened where the fault does its work sooner
 (a leader pause or crash needs the 6 s session timeout to bite). Nothing here is timed.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,13 +34,6 @@ from kmon.nemesis.matrix import (
     render_table,
 )
 from kmon.nemesis.scenarios import BY_NAME, KAFKA_NORMAL
-
-# librdkafka (confluent-kafka 2.16.1) has crashed the whole pytest process (SIGSEGV) in the
-# in-process probes' consumers during DeleteRecords (OFFSET_OUT_OF_RANGE) in about one run in
-# three: until the probes run in child processes here, the module runs only on request.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("KMON_DETECTION_TESTS") != "1",
-    reason="set KMON_DETECTION_TESTS=1: in-process librdkafka can crash the suite (see above)")
 
 QUIET = ("healthy", "read-uncommitted")
 FAULTS = ("delete-records", "unclean-election", "idempotence-off", "pause-leader",
@@ -88,7 +84,8 @@ def _types(counts: dict[str, int] | None) -> set[str]:
 def test_safe_settings_under_faults_report_nothing(rows: dict[str, RowResult], name: str) -> None:
     r = rows[name]
     assert r.ops > 100, "the probe barely ran"
-    assert _types(r.reported) == set(), f"false alarm on {name}: {r.reported}"
+    assert _types(r.reported) == set(), (
+        f"false alarm on {name}: {r.reported} (offline: {r.offline}; fault: {r.fault_info})")
     assert _types(r.offline) == set(), f"kmon check finds {r.offline} in {name}'s history"
 
 

@@ -6,8 +6,9 @@ import pytest
 
 from kmon.checker import check
 from kmon.nemesis import inject, presets
-from kmon.nemesis.matrix import forbidden_types, judge
-from kmon.nemesis.scenarios import BY_NAME, SCENARIOS
+from kmon.nemesis.matrix import Matrix, RowResult, forbidden_types, judge
+from kmon.nemesis.probe_child import ProbeDied
+from kmon.nemesis.scenarios import BY_NAME, SCENARIOS, Scenario
 from kmon.probes import clients
 from kmon.probes import config as probe_config
 from kmon.synth import SynthConfig, healthy
@@ -57,3 +58,46 @@ def test_each_injected_finding_gives_its_rows_verdict_offline(name: str) -> None
 
 def test_every_injected_row_has_an_injector() -> None:
     assert {s.name for s in SCENARIOS if s.origin == "injected"} == set(inject.INJECTORS)
+
+
+class _Nemesis:
+    heals = 0
+
+    def heal(self) -> None:
+        self.heals += 1
+
+
+def _matrix(attempts: list[int], deaths: int) -> Matrix:
+    """A matrix whose fault row's probe process crashes on its first ``deaths`` attempts."""
+    m = Matrix.__new__(Matrix)
+    m.tag, m.results, m.probe_deaths, m.nemesis = "t", {}, [], _Nemesis()
+
+    def run(_s: Scenario, r: RowResult) -> None:
+        attempts.append(r.attempt)
+        if r.attempt <= deaths:
+            raise ProbeDied("the probe process died during shutdown: killed by SIGSEGV")
+        r.ops = 10
+
+    m._run_fault = run
+    return m
+
+
+def test_a_row_whose_probe_crashed_runs_again_on_fresh_topics() -> None:
+    attempts: list[int] = []
+    m = _matrix(attempts, deaths=1)
+    m.run_fault(BY_NAME["delete-records"])
+    r = m.results["delete-records"]
+    assert attempts == [1, 2] and r.attempt == 2 and r.ops == 10 and not r.error
+    assert r.prefix.endswith("-delete-records-r2")
+    assert m.probe_deaths == ["delete-records attempt 1: the probe process died during "
+                              "shutdown: killed by SIGSEGV"]
+    assert m.nemesis.heals == 1
+
+
+def test_a_row_whose_probe_crashed_twice_fails_saying_so() -> None:
+    attempts: list[int] = []
+    m = _matrix(attempts, deaths=2)
+    m.run_fault(BY_NAME["delete-records"])
+    r = m.results["delete-records"]
+    assert attempts == [1, 2] and "crashed twice" in r.error and "SIGSEGV" in r.error
+    assert len(m.probe_deaths) == 2

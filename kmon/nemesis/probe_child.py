@@ -1,0 +1,117 @@
+"""A probe workload in a child process.
+
+The probe's clients are librdkafka's. Under some faults (DeleteRecords ahead of a consumer,
+an unclean election) librdkafka has crashed the whole process (SIGSEGV/SIGABRT) about once
+in three matrix runs; in a child it takes down that probe only, and the matrix can say so
+and run the row again instead of losing the test run or the monitor with it.
+
+The child writes the history file itself and sends back the probe id once started and the
+workload's summary once shut down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import signal
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("kmon.nemesis.probe")
+
+START_TIMEOUT = 90.0  # spawn, import, create the events topic
+
+
+class ProbeDied(RuntimeError):
+    """The probe's process ended without a summary (a crash in the native client)."""
+
+
+class ProbeChild:
+    """``start()`` a workload with ``overrides`` (probe settings) writing ``history``;
+    ``shutdown()`` stops it and returns its summary (``Workload.shutdown``)."""
+
+    def __init__(self, overrides: dict[str, str], history: Path) -> None:
+        self.overrides = dict(overrides)
+        self.history = Path(history)
+        self.probe_id = ""
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")  # no fork of a parent with live threads
+        self._conn, child_end = ctx.Pipe()
+        self._proc = ctx.Process(target=_child_main, name="kmon-probe",
+                                 args=(self.overrides, str(self.history), child_end),
+                                 daemon=True)
+        self._proc.start()
+        child_end.close()
+        kind, payload = self._receive(START_TIMEOUT, "start")
+        if kind == "error":
+            self._proc.join(10)
+            raise RuntimeError(f"the probe did not start: {payload}")
+        self.probe_id = payload
+
+    def shutdown(self, timeout: float = 300.0) -> dict[str, Any]:
+        """Stop the workload, wait for its final read and summary; the child exits."""
+        with contextlib.suppress(OSError):  # already dead: _receive says how
+            self._conn.send("stop")
+        try:
+            kind, payload = self._receive(timeout, "shutdown")
+        finally:
+            self._proc.join(10)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(5)
+            self._conn.close()
+        if kind == "error":
+            raise RuntimeError(f"the probe failed: {payload}")
+        return payload
+
+    def _receive(self, timeout: float, what: str) -> tuple[str, Any]:
+        try:
+            if self._conn.poll(timeout):
+                return self._conn.recv()
+        except (EOFError, OSError):
+            pass
+        self._proc.join(5)
+        code = self._proc.exitcode
+        if code is None:
+            self._proc.kill()
+            raise ProbeDied(f"the probe process sent nothing within {timeout:.0f}s of {what}")
+        raise ProbeDied(f"the probe process died during {what}: {_exit_text(code)}")
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _child_main(overrides: dict[str, str], history: str, conn: Any) -> None:
+    logging.basicConfig(level=logging.WARNING,
+                        format="%(asctime)s probe[%(process)d] %(name)s: %(message)s")
+    # The parent ends the child through the pipe; ^C in a terminal goes to the parent.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from kmon.probes import config as probe_config
+    from kmon.probes.metrics import ProbeMetrics
+    from kmon.probes.workload import Workload
+
+    try:
+        cfg = probe_config.load(env={}, overrides=overrides)
+        with open(history, "w") as f:
+            wl = Workload(cfg, ProbeMetrics(), f)
+            wl.start()
+            conn.send(("started", cfg.probe_id))
+            with contextlib.suppress(EOFError):  # EOF: the parent is gone
+                conn.recv()  # "stop"
+            summary = wl.shutdown()
+        conn.send(("summary", summary))
+    except Exception as exc:
+        log.exception("probe failed")
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()

@@ -1,0 +1,48 @@
+"""A probe in its own process (what the detection matrix runs): its summary comes back, and
+a crash of its process (as librdkafka has crashed under DeleteRecords) is reported as
+``ProbeDied`` naming the signal, with the test process unharmed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kmon.history import iter_ops
+from kmon.nemesis.probe_child import ProbeChild, ProbeDied
+
+
+def _probe(cluster: Any, tmp_path: Path) -> ProbeChild:
+    tag = uuid.uuid4().hex[:6]
+    return ProbeChild({"kafka.bootstrap.servers": cluster.bootstrap, "name": f"child{tag}",
+                       "topic_prefix": f"kmon-child-{tag}", "events.topic": f"kmon-child-ev-{tag}",
+                       "rate": "30", "processes": "2", "metrics.port": "0",
+                       "final_read_timeout": "10"}, tmp_path / "history.jsonl")
+
+
+def test_a_probe_child_returns_its_summary_and_history(local_cluster: Any,
+                                                       tmp_path: Path) -> None:
+    probe = _probe(local_cluster, tmp_path)
+    probe.start()
+    assert probe.probe_id.startswith("child")
+    time.sleep(4)
+    summary = probe.shutdown()
+    assert summary["probe"] == probe.probe_id
+    completed = [o for o in iter_ops(probe.history) if o.type != "invoke"]
+    assert summary["ops"] == len(completed) > 20
+    assert summary["events_emitted"] >= summary["ops"]
+
+
+def test_a_crashed_probe_child_is_reported_with_its_signal(local_cluster: Any,
+                                                           tmp_path: Path) -> None:
+    probe = _probe(local_cluster, tmp_path)
+    probe.start()
+    time.sleep(1)
+    os.kill(probe._proc.pid, signal.SIGSEGV)
+    with pytest.raises(ProbeDied, match="SIGSEGV"):
+        probe.shutdown(timeout=30)
