@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kmon.local import procs
-from kmon.local.cluster import LocalCluster
+from kmon.local.cluster import ClusterError, LocalCluster
 from tests.helpers import produce_acked, read_all, wait_until
 
 
@@ -51,6 +51,14 @@ def test_sigkill_a_broker_loses_no_acked_write_and_it_rejoins_the_isr(
     assert sorted(after) == sorted(sent)  # nothing lost, nothing duplicated
 
 
+def _fenced(cluster: LocalCluster, topic: str, victim: int) -> bool:
+    try:
+        s = cluster.describe_topic(topic, timeout=10.0)[0]
+    except ClusterError:  # metadata requests can time out while a broker is frozen: retry
+        return False
+    return s.leader not in (None, victim) and victim not in s.isr
+
+
 def test_pause_and_resume_a_broker(
     healthy_cluster: LocalCluster, new_topic: Callable[..., str]
 ) -> None:
@@ -70,11 +78,8 @@ def test_pause_and_resume_a_broker(
     more = _batch(100, 100)
     produce_acked(cluster.bootstrap, topic, more)
     sent += more
-    wait_until(
-        lambda: (s := cluster.describe_topic(topic)[0]).leader not in (None, victim)
-        and victim not in s.isr,
-        f"broker {victim} fenced: neither leader nor in the ISR",
-    )
+    wait_until(lambda: _fenced(cluster, topic, victim),
+               f"broker {victim} fenced: neither leader nor in the ISR")
 
     assert cluster.resume(victim) == pid  # the same process carries on
     assert cluster.state(victim) == "running"
