@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from kmon.streaming.config import MonitorConfig
@@ -73,10 +74,33 @@ def end_offsets(cfg: MonitorConfig, topic: str, timeout: float = 30.0) -> str:
                 if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl."))}
     consumer = Consumer({**settings, "group.id": "kmon-monitor-offsets",
                          "enable.auto.commit": False})  # reads nothing, commits nothing
+    deadline = time.monotonic() + timeout
     try:
         parts = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
-        ends = {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                       timeout=timeout)[1] for p in parts}
+        ends = {str(p): _log_end(consumer, TopicPartition(topic, p), deadline)
+                for p in parts}
     finally:
         consumer.close()
     return json.dumps({topic: ends})
+
+
+def _log_end(consumer: Any, tp: Any, deadline: float) -> int:
+    """A partition's log end offset, retried while the error is transient: just after a topic
+    is created, or while leadership moves, a broker answers NOT_LEADER_FOR_PARTITION."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    # KafkaError.retriable() is False for plain error codes: name the transient ones.
+    transient = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                 KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.REQUEST_TIMED_OUT,
+                 KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(
+                tp, timeout=max(1.0, deadline - time.monotonic()))[1])
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            code = err.code() if isinstance(err, KafkaError) else None
+            if code not in transient or time.monotonic() + 0.5 > deadline:
+                raise
+            log.info("end offset of %s[%d]: %s; retrying", tp.topic, tp.partition, err)
+            time.sleep(0.5)
