@@ -612,7 +612,7 @@ class Process:
         """Each key's log end offset, for keys with something to read. A key whose end the
         cluster would not tell (a leader moving under a fault) maps to ``UNKNOWN_END``: the
         read goes on to its deadline rather than leave that key's tail unread."""
-        ends: dict[Any, int] = {}
+        ends: dict[int, int] = {}
         for k in keys:
             topic, partition = self.keys.topic_partition(k)
             for attempt in (1, 2):

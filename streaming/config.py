@@ -126,9 +126,9 @@ class MonitorConfig:
     metrics_port: int
     txn_buckets: int
     verdict_memory: int
-    txn_trigger_s: float = 5.0
-    txn_retention_s: float = 300.0
-    txn_max_writers: int = 20_000
+    txn_trigger_s: float
+    txn_retention_s: float
+    txn_max_writers: int
     source_options: dict[str, str] = field(default_factory=dict)
     producer_config: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)

@@ -46,7 +46,6 @@ class TxnStage:
 
     def __init__(self, grace_ns: int | None = None, retain_ns: int | None = None,
                  max_writers: int | None = None) -> None:
-        self.grace_ns = grace_ns
         self.retain_ns = None if grace_ns is None else max(2 * grace_ns, retain_ns or 0)
         self.max_writers = max_writers
         self.txns: dict[Any, TxnState] = {}  # in order of first fact: oldest first

@@ -193,8 +193,6 @@ class Matrix:
 
     def _probe(self, s: Scenario, r: RowResult) -> ProbeChild:
         """A started probe workload for row ``r``, in its own process, writing its history."""
-        from kmon.nemesis.probe_child import ProbeChild
-
         st = self.settings
         r.history = self.workdir / f"{r.prefix}.jsonl"
         probe = ProbeChild({
