@@ -59,9 +59,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kmon.probes")
 
-# A log end no position reaches: catch-up reads such a key until its deadline.
-UNKNOWN_END = 1 << 62
-
 ASSIGN, SUBSCRIBE = "assign", "subscribe"
 
 
@@ -588,7 +585,17 @@ class Process:
         if not keys or not self.assign(keys):
             return 0
         deadline = time.monotonic() + timeout
-        ends = self._log_ends(keys)
+        ends: dict[int, int] = {}
+        for k in keys:
+            topic, partition = self.keys.topic_partition(k)
+            try:
+                lo, hi = self.consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=min(5.0, self.cfg.op_timeout),
+                    cached=False)
+                if hi > lo:  # else nothing to read
+                    ends[k] = hi
+            except (KafkaException, RuntimeError) as e:
+                self.wl.count_error(e)
         # Where each key starts: its committed offset (a key with nothing left to read never
         # gets a position of its own).
         start: dict[tuple[str, int], int] = {}
@@ -607,27 +614,6 @@ class Process:
             if self._reached(ends, start):
                 break
         return polls
-
-    def _log_ends(self, keys: list[int]) -> dict[int, int]:
-        """Each key's log end offset, for keys with something to read. A key whose end the
-        cluster would not tell (a leader moving under a fault) maps to ``UNKNOWN_END``: the
-        read goes on to its deadline rather than leave that key's tail unread."""
-        ends: dict[int, int] = {}
-        for k in keys:
-            topic, partition = self.keys.topic_partition(k)
-            for attempt in (1, 2):
-                try:
-                    lo, hi = self.consumer.get_watermark_offsets(
-                        TopicPartition(topic, partition), timeout=min(5.0, self.cfg.op_timeout),
-                        cached=False)
-                    if hi > lo:  # else nothing to read
-                        ends[k] = hi
-                    break
-                except (KafkaException, RuntimeError) as e:
-                    self.wl.count_error(e)
-                    if attempt == 2:
-                        ends[k] = UNKNOWN_END
-        return ends
 
     def _reached(self, ends: dict[int, int], start: dict[tuple[str, int], int]) -> bool:
         tps = [TopicPartition(*self.keys.topic_partition(k)) for k in ends]
