@@ -229,6 +229,19 @@ class Monitor:
             self.server[0].shutdown()
             self.server[0].server_close()
             self.server = None
+        self._close_producer()
+
+    def _close_producer(self) -> None:
+        """Close the outputs producer if this monitor made it (a caller's stays the caller's).
+        A stopped monitor must leave no librdkafka client behind: a forgotten one reconnects to
+        brokers for the life of the process, and under broker faults librdkafka clients have
+        crashed processes they were only lingering in."""
+        if self._producer is not None or self.outputs is None:
+            return
+        try:
+            self.outputs.producer.close()  # flushes what the queries had produced
+        except Exception:  # best effort: every batch already flushed its outputs
+            log.warning("closing the outputs producer", exc_info=True)
 
 
 def _exists(spark: Any, path: str) -> bool:

@@ -131,13 +131,10 @@ class Matrix:
         self.results: dict[str, RowResult] = {}
         self.probe_deaths: list[str] = []  # probe processes that crashed, and the row
         self._emitted = 0  # op events handed to the events topic, by every probe and replay
-        self._producer: Any = None
 
     # -- the monitor --------------------------------------------------------------------
 
     def start(self) -> None:
-        from confluent_kafka import Producer
-
         from kmon.streaming import config
         from kmon.streaming.monitor import Monitor
 
@@ -159,9 +156,6 @@ class Matrix:
         self._create_events_topic()
         self.monitor = Monitor(cfg, self.spark)
         self.monitor.start()
-        # Idempotent: replayed events exactly once and in order per process.
-        self._producer = Producer({"bootstrap.servers": self.cluster.bootstrap,
-                                   "enable.idempotence": True})
 
     def _create_events_topic(self) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -175,8 +169,22 @@ class Matrix:
     def stop(self) -> None:
         if self.monitor is not None:
             self.monitor.stop()
-        if self._producer is not None:
-            self._producer.flush(30)
+
+    def _send(self, events: Iterable[Op]) -> None:
+        """Hand ``events`` to the events topic with a producer of their own: no client of the
+        test's process stays connected while the rows' faults kill and pause brokers (one that
+        did has crashed the process)."""
+        from confluent_kafka import Producer
+
+        from kmon.streaming import replay
+
+        # Idempotent: replayed events exactly once and in order per process.
+        producer = Producer({"bootstrap.servers": self.cluster.bootstrap,
+                             "enable.idempotence": True})
+        try:
+            self._emitted += replay.produce(producer, self.events_topic, events)
+        finally:
+            producer.close()
 
     # -- rows -----------------------------------------------------------------------------
 
@@ -301,7 +309,7 @@ class Matrix:
         r.fault_start = time.time()
         # The history's clock moved to now: the watermark sees the replay as current.
         events = replay.as_events(ops, probe=r.probe, time_offset_ns=time.time_ns() - t0)
-        self._emitted += replay.produce(self._producer, self.events_topic, events)
+        self._send(events)
 
     # -- collecting -----------------------------------------------------------------------
 
@@ -317,7 +325,7 @@ class Matrix:
         # reach stage 2, whose verdicts the second tick's round lets it decide.
         for _ in range(2):
             time.sleep(cfg.watermark_delay_s + cfg.grace_s + 2 * cfg.trigger_s)
-            self._emitted += tick(self._producer, self.events_topic)
+            self._send([tick_event()])
             wait_for(lambda: m.events >= self._emitted, "the monitor to read the tick", timeout)
         time.sleep(4 * cfg.trigger_s + 2)  # the last micro-batches' outputs
 
@@ -445,14 +453,12 @@ def offline_counts_of(ops: Iterable[Op], isolation: str) -> dict[str, int]:
     return out
 
 
-def tick(producer: Any, topic: str) -> int:
+def tick_event() -> Op:
     """An event touching no key, timed now: it only moves the monitor's watermark."""
     from kmon.history.model import Op, OpMeta
-    from kmon.streaming import replay
 
-    op = Op(1 << 40, time.time_ns(), 1 << 40, "invoke", "poll", [("poll", None)],
-            meta=OpMeta(probe="matrix-clock"))
-    return replay.produce(producer, topic, [op])
+    return Op(1 << 40, time.time_ns(), 1 << 40, "invoke", "poll", [("poll", None)],
+              meta=OpMeta(probe="matrix-clock"))
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout: float) -> None:

@@ -5,13 +5,15 @@ an unclean election) librdkafka has crashed the whole process (SIGSEGV/SIGABRT) 
 in three matrix runs; in a child it takes down that probe only, and the matrix can say so
 and run the row again instead of losing the test run or the monitor with it.
 
-The child writes the history file itself and sends back the probe id once started and the
-workload's summary once shut down.
+The child writes the history file itself and sends back the probe id once started, and the
+workload's summary and metrics once shut down. Its stacks go to stderr if it crashes, or if
+its shutdown takes longer than ``SHUTDOWN_DUMP_AFTER``: a hang is then diagnosable from the log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import multiprocessing
 import signal
@@ -21,6 +23,9 @@ from typing import Any
 log = logging.getLogger("kmon.nemesis.probe")
 
 START_TIMEOUT = 90.0  # spawn, import, create the events topic
+# A shutdown's own bounds (in-flight ops, final read, client closes) add up to about 100 s
+# in the worst case; one still running after this dumps its stacks.
+SHUTDOWN_DUMP_AFTER = 120.0
 
 
 class ProbeDied(RuntimeError):
@@ -29,12 +34,14 @@ class ProbeDied(RuntimeError):
 
 class ProbeChild:
     """``start()`` a workload with ``overrides`` (probe settings) writing ``history``;
-    ``shutdown()`` stops it and returns its summary (``Workload.shutdown``)."""
+    ``shutdown()`` stops it and returns its summary (``Workload.shutdown``); its metrics, in
+    Prometheus' text format, are then in ``metrics_text``."""
 
     def __init__(self, overrides: dict[str, str], history: Path) -> None:
         self.overrides = dict(overrides)
         self.history = Path(history)
         self.probe_id = ""
+        self.metrics_text = ""
         self._proc: Any = None
         self._conn: Any = None
 
@@ -66,7 +73,18 @@ class ProbeChild:
             self._conn.close()
         if kind == "error":
             raise RuntimeError(f"the probe failed: {payload}")
-        return payload
+        summary, self.metrics_text = payload
+        return summary
+
+    def sample(self, name: str, labels: dict[str, str]) -> float | None:
+        """One sample of the stopped probe's metrics (None: no such sample)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for family in text_string_to_metric_families(self.metrics_text):
+            for s in family.samples:
+                if s.name == name and s.labels == labels:
+                    return float(s.value)
+        return None
 
     def _receive(self, timeout: float, what: str) -> tuple[str, Any]:
         try:
@@ -96,6 +114,9 @@ def _child_main(overrides: dict[str, str], history: str, conn: Any) -> None:
                         format="%(asctime)s probe[%(process)d] %(name)s: %(message)s")
     # The parent ends the child through the pipe; ^C in a terminal goes to the parent.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.enable()  # a crash in the native client prints every thread's stack
+    from prometheus_client import generate_latest
+
     from kmon.probes import config as probe_config
     from kmon.probes.metrics import ProbeMetrics
     from kmon.probes.workload import Workload
@@ -108,8 +129,12 @@ def _child_main(overrides: dict[str, str], history: str, conn: Any) -> None:
             conn.send(("started", cfg.probe_id))
             with contextlib.suppress(EOFError):  # EOF: the parent is gone
                 conn.recv()  # "stop"
-            summary = wl.shutdown()
-        conn.send(("summary", summary))
+            faulthandler.dump_traceback_later(SHUTDOWN_DUMP_AFTER)
+            try:
+                summary = wl.shutdown()
+            finally:
+                faulthandler.cancel_dump_traceback_later()
+        conn.send(("summary", (summary, generate_latest(wl.metrics.registry).decode())))
     except Exception as exc:
         log.exception("probe failed")
         conn.send(("error", f"{type(exc).__name__}: {exc}"))

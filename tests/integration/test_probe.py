@@ -5,6 +5,10 @@ finds valid with zero anomalies, while exercising transactions, deliberate abort
 subscribe-mode rebalances, crash ops and key rotation; the events topic must decode to the same
 history as the local file; SIGTERM must stop `kmon probe` cleanly. Each run prints its summary
 (op rate, outcome shares) for the notes (`pytest -s` shows it).
+
+The workloads run in child processes (``ProbeChild``), as the detection matrix runs them: a
+crash of librdkafka under a fault then fails one test, and no client of theirs is left in the
+test process when later tests kill brokers.
 """
 
 from __future__ import annotations
@@ -28,10 +32,8 @@ from kmon.checker import check
 from kmon.history import Op, iter_ops
 from kmon.history.avro import decode_event
 from kmon.local.cluster import LocalCluster
-from kmon.probes import config as probe_config
+from kmon.nemesis.probe_child import ProbeChild
 from kmon.probes import values as V
-from kmon.probes.metrics import ProbeMetrics
-from kmon.probes.workload import Workload
 
 # Shares turned up from the defaults so one short run sees every kind of op many times.
 BUSY = {
@@ -50,30 +52,28 @@ BUSY = {
 }
 
 
-def probe_run(
-    bootstrap: str, tmp_path: Path, seconds: float, during: Any = None, **extra: str,
-) -> tuple[list[Op], dict[str, Any], Workload]:
+Run = tuple[list[Op], dict[str, Any], ProbeChild]
+
+
+def probe_run(bootstrap: str, tmp_path: Path, seconds: float, during: Any = None,
+              **extra: str) -> Run:
     """Run a probe for ``seconds`` (calling ``during(elapsed)`` every second); return its
-    history file's ops, its summary and the stopped workload."""
+    history file's ops, its summary and the stopped probe (its metrics, its settings)."""
     tag = uuid.uuid4().hex[:6]
-    cfg = probe_config.load(env={}, overrides={
-        "kafka.bootstrap.servers": bootstrap, "name": f"it{tag}",
-        "events.topic": f"kmon-it-events-{tag}", **BUSY, **extra,
-    })
-    path = tmp_path / "history.jsonl"
-    with open(path, "w") as f:
-        wl = Workload(cfg, ProbeMetrics(), f)
-        wl.start()
-        start = time.monotonic()
-        try:
-            while (elapsed := time.monotonic() - start) < seconds:
-                if during is not None:
-                    during(elapsed)
-                time.sleep(1.0)
-        finally:
-            summary = wl.shutdown()
+    probe = ProbeChild({"kafka.bootstrap.servers": bootstrap, "name": f"it{tag}",
+                        "events.topic": f"kmon-it-events-{tag}", **BUSY, **extra},
+                       tmp_path / "history.jsonl")
+    probe.start()
+    start = time.monotonic()
+    try:
+        while (elapsed := time.monotonic() - start) < seconds:
+            if during is not None:
+                during(elapsed)
+            time.sleep(1.0)
+    finally:
+        summary = probe.shutdown()
     print(f"\nprobe summary: {json.dumps(summary)}")
-    return list(iter_ops(path)), summary, wl
+    return list(iter_ops(probe.history)), summary, probe
 
 
 def assert_zero_anomalies(ops: list[Op]) -> None:
@@ -163,18 +163,18 @@ def read_events(bootstrap: str, topic: str, probe: str) -> list[Op]:
 
 @pytest.fixture(scope="module")
 def healthy(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory,
-            ) -> Iterator[tuple[list[Op], dict[str, Any], Workload]]:
+            ) -> Iterator[Run]:
     yield probe_run(kafka_bootstrap, tmp_path_factory.mktemp("healthy"), 60)
 
 
-def test_healthy_run_has_zero_anomalies(healthy: tuple[list[Op], dict, Workload]) -> None:
+def test_healthy_run_has_zero_anomalies(healthy: Run) -> None:
     ops, summary, _ = healthy
     assert summary["abandoned_ops"] == 0 and summary["events_dropped"] == 0
     assert_zero_anomalies(ops)
 
 
-def test_healthy_run_exercises_every_path(healthy: tuple[list[Op], dict, Workload]) -> None:
-    ops, _, wl = healthy
+def test_healthy_run_exercises_every_path(healthy: Run) -> None:
+    ops, _, probe = healthy
     done = Counter((o.f, o.type) for o in ops if o.type != "invoke")
     assert done[("txn", "ok")] >= 20 and done[("send", "ok")] >= 20
     assert done[("poll", "ok")] >= 20 and done[("crash", "info")] >= 2
@@ -189,25 +189,24 @@ def test_healthy_run_exercises_every_path(healthy: tuple[list[Op], dict, Workloa
     topics = {pl.topic for o in ops if o.meta for pl in o.meta.placements.values()}
     assert len(topics) > 2, topics
     assert any(pl.leader is not None for o in ops if o.meta for pl in o.meta.placements.values())
-    assert wl.metrics.registry.get_sample_value(
-        "kmon_probe_ops_total", {"f": "txn", "type": "ok"}) == done[("txn", "ok")]
+    assert probe.sample("kmon_probe_ops_total", {"f": "txn", "type": "ok"}) == done[("txn", "ok")]
 
 
-def test_healthy_run_keeps_the_op_contract(healthy: tuple[list[Op], dict, Workload]) -> None:
+def test_healthy_run_keeps_the_op_contract(healthy: Run) -> None:
     ops, _, _ = healthy
     assert contract_violations(ops) == []
 
 
 def test_events_topic_decodes_to_the_local_history(
-    healthy: tuple[list[Op], dict, Workload], kafka_bootstrap: str,
+    healthy: Run, kafka_bootstrap: str,
 ) -> None:
-    ops, summary, wl = healthy
-    events = read_events(kafka_bootstrap, wl.cfg.events_topic, summary["probe"])
+    ops, summary, probe = healthy
+    events = read_events(kafka_bootstrap, probe.overrides["events.topic"], summary["probe"])
     assert len(events) == len(ops) == summary["events_emitted"]
     assert events == ops
 
 
-def test_kmon_check_cli_agrees(healthy: tuple[list[Op], dict, Workload],
+def test_kmon_check_cli_agrees(healthy: Run,
                                tmp_path: Path) -> None:
     from kmon.history import dump_jsonl
 
