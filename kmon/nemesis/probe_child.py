@@ -37,9 +37,11 @@ class ProbeChild:
     ``shutdown()`` stops it and returns its summary (``Workload.shutdown``); its metrics, in
     Prometheus' text format, are then in ``metrics_text``."""
 
-    def __init__(self, overrides: dict[str, str], history: Path) -> None:
+    def __init__(self, overrides: dict[str, str], history: Path,
+                 dump_after: float = SHUTDOWN_DUMP_AFTER) -> None:
         self.overrides = dict(overrides)
         self.history = Path(history)
+        self.dump_after = dump_after
         self.probe_id = ""
         self.metrics_text = ""
         self._proc: Any = None
@@ -49,7 +51,8 @@ class ProbeChild:
         ctx = multiprocessing.get_context("spawn")  # no fork of a parent with live threads
         self._conn, child_end = ctx.Pipe()
         self._proc = ctx.Process(target=_child_main, name="kmon-probe",
-                                 args=(self.overrides, str(self.history), child_end),
+                                 args=(self.overrides, str(self.history), child_end,
+                                       self.dump_after),
                                  daemon=True)
         self._proc.start()
         child_end.close()
@@ -109,7 +112,7 @@ def _exit_text(code: int) -> str:
     return f"exit code {code}"
 
 
-def _child_main(overrides: dict[str, str], history: str, conn: Any) -> None:
+def _child_main(overrides: dict[str, str], history: str, conn: Any, dump_after: float) -> None:
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s probe[%(process)d] %(name)s: %(message)s")
     # The parent ends the child through the pipe; ^C in a terminal goes to the parent.
@@ -129,7 +132,7 @@ def _child_main(overrides: dict[str, str], history: str, conn: Any) -> None:
             conn.send(("started", cfg.probe_id))
             with contextlib.suppress(EOFError):  # EOF: the parent is gone
                 conn.recv()  # "stop"
-            faulthandler.dump_traceback_later(SHUTDOWN_DUMP_AFTER)
+            faulthandler.dump_traceback_later(dump_after)
             try:
                 summary = wl.shutdown()
             finally:

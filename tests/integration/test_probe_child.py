@@ -17,17 +17,18 @@ from kmon.history import iter_ops
 from kmon.nemesis.probe_child import ProbeChild, ProbeDied
 
 
-def _probe(cluster: Any, tmp_path: Path) -> ProbeChild:
+def _probe(cluster: Any, tmp_path: Path, **kwargs: Any) -> ProbeChild:
     tag = uuid.uuid4().hex[:6]
     return ProbeChild({"kafka.bootstrap.servers": cluster.bootstrap, "name": f"child{tag}",
                        "topic_prefix": f"kmon-child-{tag}", "events.topic": f"kmon-child-ev-{tag}",
                        "rate": "30", "processes": "2", "metrics.port": "0",
-                       "final_read_timeout": "10"}, tmp_path / "history.jsonl")
+                       "final_read_timeout": "10"}, tmp_path / "history.jsonl", **kwargs)
 
 
-def test_a_probe_child_returns_its_summary_and_history(local_cluster: Any,
-                                                       tmp_path: Path) -> None:
-    probe = _probe(local_cluster, tmp_path)
+def test_a_probe_child_returns_its_summary_history_and_metrics(
+        local_cluster: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # A shutdown slower than dump_after prints the child's stacks (here: any shutdown).
+    probe = _probe(local_cluster, tmp_path, dump_after=0.5)
     probe.start()
     assert probe.probe_id.startswith("child")
     time.sleep(4)
@@ -36,6 +37,9 @@ def test_a_probe_child_returns_its_summary_and_history(local_cluster: Any,
     completed = [o for o in iter_ops(probe.history) if o.type != "invoke"]
     assert summary["ops"] == len(completed) > 20
     assert summary["events_emitted"] >= summary["ops"]
+    polls = sum(o.f == "poll" and o.type == "ok" for o in completed)
+    assert probe.sample("kmon_probe_ops_total", {"f": "poll", "type": "ok"}) == polls
+    assert "in shutdown" in capfd.readouterr().err  # Workload.shutdown, in the dumped stack
 
 
 def test_a_crashed_probe_child_is_reported_with_its_signal(local_cluster: Any,
