@@ -238,9 +238,14 @@ class Monitor:
         crashed processes they were only lingering in."""
         if self._producer is not None or self.outputs is None:
             return
+        producer = self.outputs.producer
         try:
-            self.outputs.producer.close()  # flushes what the queries had produced
-        except Exception:  # best effort: every batch already flushed its outputs
+            # Every finished batch flushed its outputs; anything left is a failed batch's,
+            # which the checkpoint replays: drop it rather than wait on an unreachable cluster
+            # (close() flushes without a time limit).
+            producer.purge()
+            producer.close()
+        except Exception:  # best effort: the process may be on its way out
             log.warning("closing the outputs producer", exc_info=True)
 
 

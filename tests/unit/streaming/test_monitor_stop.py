@@ -1,0 +1,50 @@
+"""A stopped monitor leaves no Kafka client behind: the outputs producer it made is purged
+and closed; a producer the caller handed in stays the caller's to close."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from kmon.streaming import config
+from kmon.streaming.monitor import Monitor
+
+
+class FakeProducer:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[str] = []
+        self.fail = fail
+
+    def purge(self) -> None:
+        self.calls.append("purge")
+
+    def close(self) -> bool:
+        self.calls.append("close")
+        if self.fail:
+            raise RuntimeError("broker gone")
+        return True
+
+
+def _stopped(producer: FakeProducer, handed_in: bool) -> None:
+    cfg = config.from_mapping({"kafka.bootstrap.servers": "127.0.0.1:1", "metrics.port": 0,
+                               "checkpoint": "/nonexistent/ck"})
+    m = Monitor(cfg, producer=producer if handed_in else None)
+    m.outputs = SimpleNamespace(producer=producer)  # what start() builds around the producer
+    m.stop()
+
+
+def test_the_producer_the_monitor_made_is_purged_then_closed() -> None:
+    p = FakeProducer()
+    _stopped(p, handed_in=False)
+    assert p.calls == ["purge", "close"]
+
+
+def test_a_producer_handed_in_is_left_open() -> None:
+    p = FakeProducer()
+    _stopped(p, handed_in=True)
+    assert p.calls == []
+
+
+def test_a_failing_close_does_not_fail_the_stop() -> None:
+    p = FakeProducer(fail=True)
+    _stopped(p, handed_in=False)
+    assert p.calls == ["purge", "close"]
