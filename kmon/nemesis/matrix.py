@@ -172,8 +172,8 @@ class Matrix:
 
     def _send(self, events: Iterable[Op]) -> None:
         """Hand ``events`` to the events topic with a producer of their own: no client of the
-        test's process stays connected while the rows' faults kill and pause brokers (one that
-        did has crashed the process)."""
+        test's process stays connected while the rows' faults kill and pause brokers (the test
+        process has died under such faults, with librdkafka clients lingering in it)."""
         from confluent_kafka import Producer
 
         from kmon.streaming import replay
