@@ -147,12 +147,14 @@ class Monitor:
         from pyspark.sql import SparkSession
 
         from kmon.streaming.kafka import end_offsets, ensure_topics, make_producer
+        from kmon.streaming.session import quiet_expected_warnings
         from kmon.streaming.snapshots import HadoopSnapshotStore
 
         spark = self.spark or SparkSession.getActiveSession()
         if spark is None:
             raise RuntimeError("no active SparkSession: build one first")
         self.spark = spark
+        quiet_expected_warnings(spark)
         for k, v in SQL_CONF.items():
             spark.conf.set(k, v)
         for k, v in self.cfg.spark_conf.items():

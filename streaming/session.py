@@ -111,3 +111,21 @@ def build_spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+# Loggers whose warnings are expected in normal operation and drown the ones that matter.
+# The transformWithState state server warns on every read of a state value that does not exist
+# yet: once per new key, which for the transaction stage is once per transaction.
+QUIET_LOGGERS = {
+    "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer":
+        "ERROR",
+}
+
+
+def quiet_expected_warnings(spark: SparkSession) -> None:
+    """Raise the level of ``QUIET_LOGGERS`` in this JVM (the driver; in local mode the
+    executors too). A cluster's executors take theirs from their own log4j2 configuration."""
+    jvm = spark.sparkContext._jvm
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    for name, level in QUIET_LOGGERS.items():
+        configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.getLevel(level))

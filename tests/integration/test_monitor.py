@@ -223,6 +223,16 @@ def test_the_monitor_is_prometheus_scrapable(run: dict) -> None:
         assert f"\n{name}" in text, name
 
 
+def test_expected_state_server_warnings_are_quiet(run: dict, spark: Any) -> None:
+    """The state server's warning for every first read of a key (each transaction, in stage
+    2) would drown an operator's log; a started monitor raises that logger to ERROR."""
+    from kmon.streaming.session import QUIET_LOGGERS
+
+    log_manager = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager
+    for name, level in QUIET_LOGGERS.items():
+        assert log_manager.getLogger(name).getLevel().toString() == level
+
+
 def test_jvm_parts_make_the_checkers_fragments(spark: Any) -> None:
     """from_avro and the explode in the JVM, packing and unpacking: exactly ``split``."""
     import datetime
