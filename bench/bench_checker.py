@@ -21,7 +21,6 @@ import sys
 import time
 
 from kmon.checker import CheckConfig, Checker
-from kmon.checker.state import KeyState
 from kmon.synth import SynthConfig, healthy
 
 SECOND = 1_000_000_000
@@ -39,18 +38,12 @@ def offline(ops: list) -> None:
           f" lag samples={len(report.lags):,}")
 
 
-def window_nbytes(st: KeyState) -> int:
-    """Bytes of the arrays that grow with the offset window (per slot, chunk, index bucket)."""
-    return sum(a.itemsize * len(a) for a in (st.val, st.flg, st.wref, st.atime, st.ctime,
-                                               st.amin, st.bmin, st.index))
-
-
 def state_figures(checker: Checker) -> tuple[float, float, float, float, float]:
     """(bytes per key, in-flight offsets per key, bytes per in-flight offset, window bytes per
     in-flight offset, serialized/key)."""
     states = list(checker.keys.values())
     total = sum(st.nbytes() for st in states)
-    window = sum(window_nbytes(st) for st in states)
+    window = sum(st.window_nbytes() for st in states)
     slots = max(sum(len(st.val) for st in states), 1)
     serialized = sum(len(st.to_bytes()) for st in states)
     n = len(states)

@@ -454,11 +454,14 @@ class KeyState:
         return pp
 
     # -- size and persistence -----------------------------------------------------------------
+    def window_nbytes(self) -> int:
+        """Bytes of the packed arrays: what grows with the offset window (per slot, chunk,
+        index bucket)."""
+        return sum(a.itemsize * len(a) for a in (getattr(self, name) for name in _ARRAYS))
+
     def nbytes(self) -> int:
         """Approximate retained bytes: packed arrays plus side tables and their contents."""
-        arrays = (self.val, self.flg, self.wref, self.atime, self.ctime, self.amin, self.bmin,
-                  self.index)
-        total = sum(a.itemsize * len(a) for a in arrays) + sys.getsizeof(self)
+        total = self.window_nbytes() + sys.getsizeof(self)
         for d in (self.vals, self.loose, self.pending_reads, self.procs):
             if d:
                 total += sys.getsizeof(d) + sum(sys.getsizeof(v) for v in d.values())
