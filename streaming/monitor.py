@@ -136,6 +136,7 @@ class Monitor:
         self.metrics = metrics or MonitorMetrics()
         self.registry = registry_with(self.metrics)
         self._producer = producer
+        self._made_producer: Any = None  # the outputs producer start() made: stop() closes it
         self._serve = serve_metrics and cfg.metrics_port > 0
         self.server: Any = None
         self.queries: dict[str, Any] = {}
@@ -161,7 +162,9 @@ class Monitor:
             if k.startswith("spark.sql."):
                 spark.conf.set(k, v)
         ensure_topics(self.cfg)
-        producer = self._producer or make_producer(self.cfg)
+        producer = self._producer
+        if producer is None:
+            producer = self._made_producer = make_producer(self.cfg)
         self.outputs = Outputs(
             anomalies_topic=self.cfg.anomalies_topic, facts_topic=self.cfg.facts_topic,
             dead_letter_topic=self.cfg.dead_letter_topic, producer=producer,
@@ -234,13 +237,14 @@ class Monitor:
         self._close_producer()
 
     def _close_producer(self) -> None:
-        """Close the outputs producer if this monitor made it (a caller's stays the caller's).
-        A stopped monitor must leave no librdkafka client behind: a forgotten one reconnects to
-        brokers for the life of the process, and under broker faults librdkafka clients have
-        crashed processes they were only lingering in."""
-        if self._producer is not None or self.outputs is None:
+        """Close the outputs producer if this monitor made it (a caller's stays the caller's),
+        once: a supervisor may stop a monitor twice. A stopped monitor must leave no librdkafka
+        client behind: a forgotten one reconnects to brokers for the life of the process, and
+        under broker faults librdkafka clients have crashed processes they were only lingering
+        in."""
+        producer, self._made_producer = self._made_producer, None
+        if producer is None:
             return
-        producer = self.outputs.producer
         try:
             # Every finished batch flushed its outputs; anything left is a failed batch's,
             # which the checkpoint replays: drop it rather than wait on an unreachable cluster

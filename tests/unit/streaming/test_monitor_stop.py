@@ -24,12 +24,19 @@ class FakeProducer:
         return True
 
 
-def _stopped(producer: FakeProducer, handed_in: bool) -> None:
+def _started(producer: FakeProducer, handed_in: bool) -> Monitor:
     cfg = config.from_mapping({"kafka.bootstrap.servers": "127.0.0.1:1", "metrics.port": 0,
                                "checkpoint": "/nonexistent/ck"})
     m = Monitor(cfg, producer=producer if handed_in else None)
-    m.outputs = SimpleNamespace(producer=producer)  # what start() builds around the producer
-    m.stop()
+    # What start() does with the producer (without a SparkSession).
+    m.outputs = SimpleNamespace(producer=producer)
+    if not handed_in:
+        m._made_producer = producer
+    return m
+
+
+def _stopped(producer: FakeProducer, handed_in: bool) -> None:
+    _started(producer, handed_in).stop()
 
 
 def test_the_producer_the_monitor_made_is_purged_then_closed() -> None:
@@ -47,4 +54,12 @@ def test_a_producer_handed_in_is_left_open() -> None:
 def test_a_failing_close_does_not_fail_the_stop() -> None:
     p = FakeProducer(fail=True)
     _stopped(p, handed_in=False)
+    assert p.calls == ["purge", "close"]
+
+
+def test_a_second_stop_does_not_close_again() -> None:
+    p = FakeProducer()
+    m = _started(p, handed_in=False)
+    m.stop()
+    m.stop()  # as the supervisor does after a failed restart
     assert p.calls == ["purge", "close"]
