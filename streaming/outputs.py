@@ -21,7 +21,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +44,54 @@ MAX_DEAD_LETTER_BYTES = 512 * 1024  # a huge malformed event is cut, not refused
 
 class DeliveryError(RuntimeError):
     """Outputs could not be delivered to Kafka; the micro-batch fails and is retried."""
+
+
+# What the JVM says when stop() interrupts a batch (Spark's StreamExecution.IO_EXCEPTION_NAMES).
+_INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
+                  "java.nio.channels.ClosedByInterruptException")
+
+
+class BatchInterrupted(RuntimeError):
+    """A micro-batch whose collect ``stop()`` interrupted, named in two lines.
+
+    Spark tells a stop from a failure of a Python ``foreachBatch`` by matching the Python
+    error's text with a regular expression (StreamExecution.PROXY_ERROR: "py4j.protocol.
+    Py4JJavaError: An error occurred while calling ...", then a line ": <interruption>").
+    Matched against the whole Java stack trace (about 8 kB) that expression overflows the
+    stream thread's stack: a stop mid-batch ended in a StackOverflowError dump instead of a
+    clean stop. This error's text is the first two lines of the JVM's, so the match is cheap
+    and still succeeds. (A job cancelled because the query was stopped is the same stop, and
+    is said as an interruption.)
+    """
+
+
+def interruption(exc: BaseException) -> BatchInterrupted | None:
+    """``exc`` as a ``BatchInterrupted`` if the JVM call it reports was interrupted or its job
+    cancelled by a stop of the query, else None."""
+    head = str(exc).split("\n", 2)[:2]
+    if len(head) < 2 or not head[1].startswith(": "):
+        return None
+    cause = head[1][2:]
+    if any(cause.startswith(name) for name in _INTERRUPTIONS):
+        return BatchInterrupted(f"py4j.protocol.Py4JJavaError: {head[0]}\n{head[1]}")
+    if "[SPARK_JOB_CANCELLED]" in cause and "was stopped" in cause:
+        # The same stop, seen from the job the thread was waiting for: say it the way Spark's
+        # check understands, keeping the cause.
+        return BatchInterrupted(f"py4j.protocol.Py4JJavaError: {head[0]}\n"
+                                f": {_INTERRUPTIONS[0]}: {cause}")
+    return None
+
+
+@contextmanager
+def stop_aware() -> Iterator[None]:
+    """Raise an interruption of the JVM calls within as ``BatchInterrupted``."""
+    try:
+        yield
+    except Exception as exc:
+        short = interruption(exc)
+        if short is None:
+            raise
+        raise short from None
 
 
 class Outputs:
@@ -87,11 +136,13 @@ class Outputs:
     # -- micro-batches ----------------------------------------------------------------------
     def key_batch(self, df: Any, batch_id: int) -> None:
         """``foreachBatch`` of stage 1."""
-        self.handle(KEYS, batch_id, df.collect())
+        with stop_aware():
+            self.handle(KEYS, batch_id, df.collect())
 
     def txn_batch(self, df: Any, batch_id: int) -> None:
         """``foreachBatch`` of stage 2."""
-        self.handle(TRANSACTIONS, batch_id, df.collect())
+        with stop_aware():
+            self.handle(TRANSACTIONS, batch_id, df.collect())
 
     def handle(self, stage: str, batch_id: int, rows: list[Any]) -> None:
         with self.lock:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from kmon.streaming.keyfold import ANOMALY, DEAD, FACT, STATS, UNSEEN
 from kmon.streaming.metrics import E2E_BUCKETS, MonitorMetrics, registry_with
-from kmon.streaming.outputs import KEYS, TRANSACTIONS, DeliveryError, Outputs
+from kmon.streaming.outputs import (
+    KEYS,
+    TRANSACTIONS,
+    BatchInterrupted,
+    DeliveryError,
+    Outputs,
+    interruption,
+)
 from kmon.streaming.snapshots import LocalSnapshotStore
 
 
@@ -156,3 +164,52 @@ def test_snapshots_keep_the_newest_and_survive_a_torn_file(tmp_path) -> None:
     assert again.load()["n"] == 4
     again.save({"n": 7})  # numbering continues past the torn one
     assert LocalSnapshotStore(tmp_path).load()["n"] == 7
+
+
+# Spark's StreamExecution.PROXY_ERROR, by which it tells a stopped Python foreachBatch from a
+# failed one (the dots are unescaped there too).
+_SPARK_STOP_CHECK = re.compile(
+    r"py4j.protocol.Py4JJavaError: An error occurred while calling.+(\r\n|\r|\n): "
+    r"(java.lang.InterruptedException|java.io.InterruptedIOException|"
+    r"java.nio.channels.ClosedByInterruptException)")
+_JAVA_STACK = "".join(f"\n\tat org.apache.spark.Frame{i}.run(Frame.scala:{i})" for i in range(200))
+
+
+class FakeJavaError(Exception):
+    """What a Py4JJavaError prints: the call, the Java exception, its whole stack."""
+
+
+class InterruptedFrame:
+    def __init__(self, cause: str) -> None:
+        self.cause = cause
+
+    def collect(self):
+        raise FakeJavaError(f"An error occurred while calling o910.collectToPython.\n: "
+                            f"{self.cause}{_JAVA_STACK}")
+
+
+@pytest.mark.parametrize("cause", [
+    "java.lang.InterruptedException",
+    "java.nio.channels.ClosedByInterruptException",
+    "org.apache.spark.SparkException: [SPARK_JOB_CANCELLED] Job 7 cancelled Query kmon-keys "
+    "[id = 1, runId = 2] was stopped SQLSTATE: XXKDA",
+])
+def test_a_batch_interrupted_by_stop_says_so_in_two_lines(tmp_path, cause: str) -> None:
+    out = _outputs(tmp_path)
+    with pytest.raises(BatchInterrupted) as info:
+        out.key_batch(InterruptedFrame(cause), 0)
+    text = str(info.value)
+    assert len(text.splitlines()) == 2 and "Frame0" not in text
+    assert _SPARK_STOP_CHECK.search(text)
+    assert cause in text
+    assert out.done[KEYS] == -1  # nothing delivered: the checkpoint replays the batch
+
+
+def test_other_batch_errors_pass_unchanged(tmp_path) -> None:
+    out = _outputs(tmp_path)
+    frame = InterruptedFrame("org.apache.spark.SparkException: [SPARK_JOB_CANCELLED] Job 7 "
+                             "cancelled because the user asked")
+    with pytest.raises(FakeJavaError):
+        out.txn_batch(frame, 0)
+    assert interruption(ValueError("no newline")) is None
+    assert interruption(FakeJavaError("calling x\n: java.lang.OutOfMemoryError")) is None
