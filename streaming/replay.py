@@ -38,6 +38,12 @@ def as_events(ops: Iterable[Op], probe: str = "probe-1", time_offset_ns: int = 0
         yield dataclasses.replace(op, time=t, meta=meta)
 
 
+def clock_tick(t: int, probe: str) -> Op:
+    """An event touching no key at time ``t``: it only moves the monitor's watermark (to
+    decide what waits for a grace period once a replayed history has ended)."""
+    return Op(1 << 40, t, 1 << 40, "invoke", "poll", [("poll", None)], meta=OpMeta(probe=probe))
+
+
 def produce(producer: Any, topic: str, events: Iterable[Op], flush: bool = True) -> int:
     """Encode and send ``events`` (each with the schema header); returns how many."""
     headers = avro.kafka_headers()

@@ -316,6 +316,8 @@ class Matrix:
     def settle(self) -> None:
         """Wait until the monitor has read every event, then move the watermark past every
         grace period (clock ticks) and let both stages decide."""
+        from kmon.streaming import replay
+
         assert self.monitor is not None
         m, cfg = self.monitor.metrics, self.monitor.cfg
         timeout = self.settings.settle_timeout
@@ -325,7 +327,7 @@ class Matrix:
         # reach stage 2, whose verdicts the second tick's round lets it decide.
         for _ in range(2):
             time.sleep(cfg.watermark_delay_s + cfg.grace_s + 2 * cfg.trigger_s)
-            self._send([tick_event()])
+            self._send([replay.clock_tick(time.time_ns(), "matrix-clock")])
             wait_for(lambda: m.events >= self._emitted, "the monitor to read the tick", timeout)
         time.sleep(4 * cfg.trigger_s + 2)  # the last micro-batches' outputs
 
@@ -451,14 +453,6 @@ def offline_counts_of(ops: Iterable[Op], isolation: str) -> dict[str, int]:
     if unseen:
         out[UNSEEN] = unseen
     return out
-
-
-def tick_event() -> Op:
-    """An event touching no key, timed now: it only moves the monitor's watermark."""
-    from kmon.history.model import Op, OpMeta
-
-    return Op(1 << 40, time.time_ns(), 1 << 40, "invoke", "poll", [("poll", None)],
-              meta=OpMeta(probe="matrix-clock"))
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout: float) -> None:

@@ -91,12 +91,6 @@ def _evidence(bootstrap: str, topic: str) -> list[dict]:
     return list(seen.values())
 
 
-def _tick(t: int) -> Op:
-    """An event touching no key at time ``t``: it only moves the watermark."""
-    return Op(1 << 40, t, 1 << 40, "invoke", "poll", [("poll", None)],
-              meta=OpMeta(probe="clock"))
-
-
 def _malformed(now: int) -> list[tuple[bytes, list | None]]:
     good = avro.encode_op(Op(1, now, 1, "ok", "send", [("send", 1, 1, 0)],
                              meta=OpMeta(probe="bad")))
@@ -139,7 +133,7 @@ def run(spark: Any, kafka_bootstrap: str, tmp_path_factory: Any) -> Iterator[dic
         synth = healthy(HEALTHY_EVENTS, SynthConfig(keys=8, processes=4, keys_per_process=4))
         replay.produce(p, cfg.events_topic, replay.as_events(
             placed(list(synth), "healthy"), probe="healthy", time_offset_ns=start + 60 * SECOND))
-        replay.produce(p, cfg.events_topic, [_tick(time.time_ns())])
+        replay.produce(p, cfg.events_topic, [replay.clock_tick(time.time_ns(), "clock")])
 
         def all_in() -> bool:
             m = monitor.metrics

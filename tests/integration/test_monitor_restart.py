@@ -15,7 +15,7 @@ from kmon.streaming import replay
 from kmon.streaming.monitor import Monitor
 from kmon.synth import SynthConfig, healthy
 from tests.helpers import wait_until
-from tests.integration.test_monitor import SECOND, _config, _create, _evidence, _producer, _tick
+from tests.integration.test_monitor import SECOND, _config, _create, _evidence, _producer
 from tests.unit.streaming.cases import CASES, placed
 
 RESTART_CASES = ("lost-write", "duplicate", "torn-transaction", "G1a", "poll-skip")
@@ -35,7 +35,8 @@ def _restart_stream(start: int) -> list[list[Op]]:
                "healthy"), probe="healthy", time_offset_ns=start + 30 * SECOND))
     first.extend(synth[:1_000])
     second.extend(synth[1_000:])
-    second.append(_tick(start + 590 * SECOND))  # (``start`` is ten minutes ago)
+    # (``start`` is ten minutes ago)
+    second.append(replay.clock_tick(start + 590 * SECOND, "clock"))
     return [first, second]
 
 
