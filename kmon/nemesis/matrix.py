@@ -146,13 +146,7 @@ class Matrix:
             "topics.events": self.events_topic, "topics.anomalies": f"kmon-mx-an-{t}",
             "topics.facts": f"kmon-mx-fa-{t}", "topics.dead-letters": f"kmon-mx-dl-{t}",
             # A metrics port is not needed: the runner reads the monitor's registry in-process.
-            "metrics.port": 0, "trigger": "1s", "txn.trigger": "1s", "watermark.delay": "2s",
-            "grace": "5s",
-            # The production default. A leader pause stalls each probe process's one loop of
-            # sends, transactions and polls (every call may wait op_timeout, 10 s), so readers
-            # can trail acks by over 30 s with nothing lost (CI saw 35 such values once at
-            # 30 s); the final read catches up well within 60 s of the fault's end.
-            "unseen.grace": "60s"})
+            "metrics.port": 0, "trigger": "1s", "txn.trigger": "1s", **MONITOR_TIMING})
         self._create_events_topic()
         self.monitor = Monitor(cfg, self.spark)
         self.monitor.start()
@@ -539,6 +533,23 @@ def run_all(m: Matrix, names: Sequence[str] | None = None) -> list[RowResult]:
     return m.collect()
 
 
+# The monitor's event-time settings: the production defaults.
+MONITOR_TIMING = {
+    # The events topic lives on the faulted cluster: an events partition whose leader a row
+    # kills lags the others by a failover (the brokers' 9 s session timeout, then the probes'
+    # retries), and the watermark follows the freshest partition. With 2 s + 5 s, CI once saw
+    # a lost-write decided before the lagging partition brought the read that contradicted
+    # it (the unclean-election row); delay + grace must outlast that lag.
+    "watermark.delay": "5s",
+    "grace": "10s",
+    # A leader pause stalls each probe process's one loop of sends, transactions and polls
+    # (every call may wait op_timeout, 10 s), so readers can trail acks by over 30 s with
+    # nothing lost (CI saw 35 such values once at 30 s); the final read catches up well
+    # within 60 s of the fault's end.
+    "unseen.grace": "60s",
+}
+
+
 def write_doc(path: Path, rows: Sequence[RowResult], took_s: float, settings: MatrixSettings,
               command: str, probe_deaths: Sequence[str] = ()) -> None:
     passed = sum(r.passed for r in rows)
@@ -550,7 +561,8 @@ def write_doc(path: Path, rows: Sequence[RowResult], took_s: float, settings: Ma
         f"processes, {settings.rate:.0f} ops/s target) with the row's preset, "
         f"{settings.warmup:.0f} s of warm-up before the fault and {settings.run_on:.0f} s "
         "after it, then the probe's final read; one in-process monitor (trigger 1 s, "
-        "watermark delay 2 s, grace 5 s, unseen grace 60 s) watched every row's op events "
+        f"watermark delay {MONITOR_TIMING['watermark.delay']}, grace {MONITOR_TIMING['grace']},"
+        f" unseen grace {MONITOR_TIMING['unseen.grace']}) watched every row's op events "
         "in one events topic (see `kmon.nemesis.matrix` and docs/nemesis.md).\n\n"
         "- **origin**: `real`: a real fault on the real cluster; `injected`: the healthy "
         "row's own history, replayed into the events topic with the finding written in "
@@ -562,7 +574,8 @@ def write_doc(path: Path, rows: Sequence[RowResult], took_s: float, settings: Ma
         "Kafka (transactions interleave), `G0`/`G1c` are found offline only.\n"
         "- **detection**: fault start (the unclean row: the election; injected rows: the "
         "replay) to the first verdict of an expected type, as the monitor emitted it. It "
-        "includes the monitor's grace period (5 s) for absence verdicts and, for faults "
+        f"includes the monitor's grace period ({MONITOR_TIMING['grace']}) for absence "
+        "verdicts and, for faults "
         "whose damage is only seen when the probe reads again (lost writes), the time until "
         "a consumer reads past the gap.\n\n"
         + render_table(rows) + "\n## Per row\n\n" + render_details(rows)
