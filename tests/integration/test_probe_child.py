@@ -27,8 +27,9 @@ def _probe(cluster: Any, tmp_path: Path, **kwargs: Any) -> ProbeChild:
 
 def test_a_probe_child_returns_its_summary_history_and_metrics(
         local_cluster: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    # A shutdown slower than dump_after prints the child's stacks (here: any shutdown).
-    probe = _probe(local_cluster, tmp_path, dump_after=0.5)
+    # A shutdown slower than dump_after prints the child's stacks. 10 ms: any shutdown (it
+    # joins threads and opens a reader) is slower; 0.5 s was not always (CI, f765bde).
+    probe = _probe(local_cluster, tmp_path, dump_after=0.01)
     probe.start()
     assert probe.probe_id.startswith("child")
     time.sleep(4)
