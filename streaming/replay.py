@@ -17,7 +17,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kmon.history import avro
-from kmon.history.model import MOP_FS, KeyPlacement, Op, OpMeta
+from kmon.history.model import MOP_FS, KeyPlacement, Op, OpMeta, is_clock_tick
+from kmon.history.model import clock_tick as clock_tick  # re-exported for replays' callers
 
 
 def as_events(ops: Iterable[Op], probe: str = "probe-1", time_offset_ns: int = 0,
@@ -38,31 +39,39 @@ def as_events(ops: Iterable[Op], probe: str = "probe-1", time_offset_ns: int = 0
         yield dataclasses.replace(op, time=t, meta=meta)
 
 
-def clock_tick(t: int, probe: str) -> Op:
-    """An event touching no key at time ``t``: it only moves the monitor's watermark (to
-    decide what waits for a grace period once a replayed history has ended)."""
-    return Op(1 << 40, t, 1 << 40, "invoke", "poll", [("poll", None)], meta=OpMeta(probe=probe))
-
-
 def produce(producer: Any, topic: str, events: Iterable[Op], flush: bool = True) -> int:
-    """Encode and send ``events`` (each with the schema header); returns how many."""
+    """Encode and send ``events`` (each with the schema header); returns how many.
+
+    A clock tick goes to every partition of ``topic``, as probes send them: the monitor's
+    watermark is the lowest of its partitions'."""
     headers = avro.kafka_headers()
     n = 0
+    partitions: list[int] | None = None
     for op in events:
         value = avro.encode_op(op)
-        while True:
-            try:
-                producer.produce(topic, value=value, key=str(op.process).encode(),
-                                 headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        if is_clock_tick(op):
+            if partitions is None:
+                partitions = sorted(producer.list_topics(topic, timeout=30)
+                                    .topics[topic].partitions)
+            for p in partitions:
+                _send(producer, topic, value, headers, partition=p)
+        else:
+            _send(producer, topic, value, headers, key=str(op.process).encode())
         n += 1
         if n % 1000 == 0:
             producer.poll(0)
     if flush:
         producer.flush(60)
     return n
+
+
+def _send(producer: Any, topic: str, value: bytes, headers: Any, **where: Any) -> None:
+    while True:
+        try:
+            producer.produce(topic, value=value, headers=headers, **where)
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 def with_placements(ops: Iterable[Op], topic: str) -> Iterator[Op]:

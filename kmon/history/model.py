@@ -121,3 +121,19 @@ def poll(reads: dict[Key, list[tuple[Offset, Value]]] | None = None) -> Mop:
     if reads is not None:
         reads = {k: [tuple(p) for p in pairs] for k, pairs in reads.items()}
     return ("poll", reads)
+
+
+# A clock tick is an op event of no process and no key: the invocation of an empty poll at
+# time ``t``. It only moves the monitor's event-time watermark (its events partition's, see
+# docs/monitor.md); checkers skip it. Probes send one to every events partition each second.
+TICK_PROCESS = 1 << 40  # no probe process has this number
+
+
+def clock_tick(t: int, probe: str) -> Op:
+    """A clock tick at ``t`` (ns) from ``probe``."""
+    return Op(TICK_PROCESS, t, TICK_PROCESS, "invoke", "poll", [("poll", None)],
+              meta=OpMeta(probe=probe))
+
+
+def is_clock_tick(op: Op) -> bool:
+    return op.process == TICK_PROCESS and op.type == "invoke"
