@@ -194,6 +194,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("events.replication_factor", _int, 3, "replication factor of the events topic if "
             "the probe creates it", _between(1, 32)),
     Setting("events.create_topic", _bool, True, "create the events topic when it is missing"),
+    Setting("events.tick_interval", _float, 1.0, "seconds between clock ticks to every events "
+            "partition (the monitor decides absence on the lowest partition's clock); 0: none",
+            _between(0, 3600)),
     Setting("events.buffer", _int, 100000, "op events buffered for the events producer; "
             "beyond, events are dropped (counted), never blocking the workload",
             _between(1, 10_000_000)),

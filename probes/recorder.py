@@ -11,6 +11,14 @@ one process's events stay in order in one partition, idempotently with acks=all.
 buffer is librdkafka's own queue: when full, ``produce`` raises at once and the event is
 dropped and counted (``kmon_probe_events_dropped_total``, and a warning in the log), never
 blocking the workload. Events that fail delivery for good are counted the same way.
+
+Every ``tick_interval`` seconds the emitter also sends a clock tick (``clock_tick``: no process,
+no key) to each partition of the events topic, after this probe's earlier events there. The
+monitor keeps one event-time watermark per events partition and decides absence verdicts on the
+lowest, so a partition that falls behind (its leader failing over, a slow broker) holds verdicts
+back instead of letting evidence stuck in it arrive too late; the ticks keep partitions that no
+process of any probe writes to from holding it back forever. Ticks are not op events: they are
+not counted as emitted or dropped, and one that finds the buffer full is simply skipped.
 """
 
 from __future__ import annotations
@@ -26,9 +34,12 @@ from confluent_kafka import KafkaError, Producer
 
 from kmon.history import JsonlWriter, Op, OpMeta, Rebalance
 from kmon.history.avro import encode_op, kafka_headers
+from kmon.history.model import clock_tick
 from kmon.probes.metrics import ProbeMetrics
 
 log = logging.getLogger("kmon.probes")
+
+PARTITIONS_REFRESH = 60.0  # seconds between looks at the events topic's partitions
 
 
 @dataclass
@@ -134,13 +145,19 @@ class Emitter:
     """Op events to the events topic; see the module docstring."""
 
     def __init__(self, producer_config: dict[str, Any], topic: str, metrics: ProbeMetrics,
-                 ) -> None:
+                 probe: str = "", tick_interval: float = 0.0) -> None:
         self.topic = topic
         self.metrics = metrics
         self.producer = Producer(producer_config)
         self.emitted = 0
         self.dropped = 0
         self.delivered = 0
+        self.probe = probe
+        self.tick_interval = tick_interval  # 0: no ticks
+        self.ticks = 0  # ticks produced
+        self._ticks_queued = 0  # produced, no delivery report yet (not op events when flushed)
+        self._partitions: list[int] = []
+        self._partitions_at = -PARTITIONS_REFRESH
         self._last_warning = 0.0
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._serve, name="kmon-probe-events",
@@ -175,14 +192,46 @@ class Emitter:
             log.warning("op event dropped (%s); %d dropped so far", why, self.dropped)
 
     def _serve(self) -> None:
+        next_tick = time.monotonic()
         while not self._stop.is_set():
             self.producer.poll(0.2)
+            if self.tick_interval > 0 and time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + self.tick_interval
+                self.tick()
+
+    def tick(self) -> None:
+        """A clock tick, now, to every partition of the events topic."""
+        data = encode_op(clock_tick(time.time_ns(), self.probe))
+        for p in self._events_partitions():
+            try:
+                self.producer.produce(self.topic, value=data, partition=p,
+                                      headers=kafka_headers(), on_delivery=self._on_tick)
+            except BufferError:
+                return  # op events fill the buffer: they matter more, and move the clock too
+            self.ticks += 1
+            self._ticks_queued += 1
+
+    def _on_tick(self, _err: KafkaError | None, _msg: Any) -> None:
+        self._ticks_queued -= 1  # a lost tick is harmless: the next one says more
+
+    def _events_partitions(self) -> list[int]:
+        now = time.monotonic()
+        if now - self._partitions_at >= PARTITIONS_REFRESH:  # partitions may be added
+            self._partitions_at = now
+            try:
+                topic = self.producer.list_topics(self.topic, timeout=5).topics[self.topic]
+                if topic.error is None:
+                    self._partitions = sorted(topic.partitions)
+            except Exception as exc:  # KafkaException, a missing topic: keep the last list
+                log.info("events topic metadata: %s", exc)
+        return self._partitions
 
     def close(self, timeout: float) -> int:
         """Flush what is buffered (at most ``timeout`` s); returns events never delivered."""
         self._stop.set()
         self._poller.join(1.0)
         left = self.producer.flush(timeout)
+        left = max(0, left - self._ticks_queued)  # undelivered ticks are no op events
         if left:
             for _ in range(left):
                 self._drop("not delivered before shutdown")

@@ -126,7 +126,8 @@ class Workload:
         if cfg.events_enabled:
             self._ensure_events_topic()
             self.emitter = Emitter(C.events_producer_config(cfg, self.count_error),
-                                   cfg.events_topic, self.metrics)
+                                   cfg.events_topic, self.metrics, probe=cfg.probe_id,
+                                   tick_interval=cfg.events_tick_interval)
             self.recorder.emitter = self.emitter
         self.started_at = time.monotonic()
         if cfg.catchup_interval > 0:

@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, TopicPartition
 from kmon.checker import check
 from kmon.history import Op, iter_ops
 from kmon.history.avro import decode_event
+from kmon.history.model import is_clock_tick
 from kmon.local.cluster import LocalCluster
 from kmon.nemesis.probe_child import ProbeChild
 from kmon.probes import values as V
@@ -137,8 +138,10 @@ def contract_violations(ops: list[Op]) -> list[str]:
     return bad[:20]
 
 
-def read_events(bootstrap: str, topic: str, probe: str) -> list[Op]:
-    """Every op event of ``probe`` on ``topic``, decoded, in index order."""
+def read_events(bootstrap: str, topic: str, probe: str,
+                ticks: Counter[int] | None = None) -> list[Op]:
+    """Every op event of ``probe`` on ``topic``, decoded, in index order; its clock ticks are
+    counted per partition in ``ticks``."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"it-{uuid.uuid4().hex}",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
@@ -154,7 +157,12 @@ def read_events(bootstrap: str, topic: str, probe: str) -> list[Op]:
                 if m.error() is None:
                     pos[m.partition()] = m.offset() + 1
                     op = decode_event(m.value(), m.headers())
-                    if op.meta is not None and op.meta.probe == probe:
+                    if op.meta is None or op.meta.probe != probe:
+                        continue
+                    if is_clock_tick(op):
+                        if ticks is not None:
+                            ticks[m.partition()] += 1
+                    else:
                         ops.append(op)
         return sorted(ops, key=lambda o: o.index)
     finally:
@@ -201,9 +209,15 @@ def test_events_topic_decodes_to_the_local_history(
     healthy: Run, kafka_bootstrap: str,
 ) -> None:
     ops, summary, probe = healthy
-    events = read_events(kafka_bootstrap, probe.overrides["events.topic"], summary["probe"])
+    topic = probe.overrides["events.topic"]
+    ticks: Counter[int] = Counter()
+    events = read_events(kafka_bootstrap, topic, summary["probe"], ticks)
     assert len(events) == len(ops) == summary["events_emitted"]
     assert events == ops
+    # A clock tick a second to every partition, also those none of its processes wrote to.
+    partitions = int(probe.overrides.get("events.partitions", "6"))
+    assert sorted(ticks) == list(range(partitions))
+    assert min(ticks.values()) >= 30, ticks  # a 60 s run
 
 
 def test_kmon_check_cli_agrees(healthy: Run,

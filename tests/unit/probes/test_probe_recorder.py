@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -13,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from kmon.checker import check
 from kmon.history import KeyPlacement, Rebalance, iter_jsonl
 from kmon.history.avro import decode_op
+from kmon.history.model import Op, clock_tick, is_clock_tick
 from kmon.probes.metrics import ProbeMetrics
 from kmon.probes.recorder import Emitter, Recorder
 
@@ -119,6 +122,55 @@ def test_emitter_keys_by_process_and_counts_drops(metrics: ProbeMetrics,
     assert sample(metrics, "kmon_probe_events_emitted_total") == 3
     assert sample(metrics, "kmon_probe_events_dropped_total") == 2
     em.close(1.0)
+
+
+class TickingProducer(FakeProducer):
+    """A fake producer with metadata: the events topic has ``partitions`` partitions."""
+
+    def __init__(self, room: int, partitions: int) -> None:
+        super().__init__(room)
+        self.partitions = partitions
+        self.to: list[int | None] = []
+        self.left = 0  # what flush() reports undelivered
+
+    def produce(self, topic: str, value: bytes, headers: list, on_delivery,
+                key: bytes | None = None, partition: int | None = None) -> None:
+        super().produce(topic, value, key, headers, on_delivery)
+        self.to.append(partition)
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        meta = SimpleNamespace(error=None, partitions=dict.fromkeys(range(self.partitions)))
+        return SimpleNamespace(topics={topic: meta})
+
+    def flush(self, timeout: float) -> int:
+        return self.left
+
+
+def test_emitter_ticks_every_partition_and_counts_no_tick_as_an_op_event(
+        metrics: ProbeMetrics, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = TickingProducer(room=6, partitions=3)
+    monkeypatch.setattr("kmon.probes.recorder.Producer", lambda conf: fake)
+    em = Emitter({}, "events", metrics, probe="p.1")
+    em.emit(Op(0, 5, 0, "invoke", "poll", [("poll", None)]))
+    em.tick()
+    assert fake.to == [None, 0, 1, 2]  # the op event by key, a tick to each partition
+    ticks = [decode_op(v) for _, v, _ in fake.sent[1:]]
+    assert all(is_clock_tick(t) and t.meta.probe == "p.1" for t in ticks)
+    assert [k for k, _, _ in fake.sent[1:]] == [None, None, None]
+    em.tick()  # two partitions' worth of room left: the rest of the tick is skipped
+    assert fake.to[4:] == [0, 1] and em.ticks == 5
+    assert (em.emitted, em.dropped) == (1, 0)
+    fake.callbacks[1](None, None)  # one tick delivered; four are still queued at close
+    fake.left = 4
+    assert em.close(1.0) == 0 and em.dropped == 0
+    assert sample(metrics, "kmon_probe_events_emitted_total") == 1
+
+
+def test_a_clock_tick_is_not_an_op_for_the_checker() -> None:
+    ops = [clock_tick(10, "p"), Op(0, 20, 0, "invoke", "send", [("send", 1, 1, None)]),
+           Op(1, 30, 0, "ok", "send", [("send", 1, 1, 0)])]
+    assert check(ops).stats["ops"] == 2
+    assert check(ops[:1]).reason is not None  # ticks alone test nothing
 
 
 def _documented_probe_metrics() -> dict[str, tuple[str, set[str]]]:
