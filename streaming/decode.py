@@ -27,6 +27,8 @@ the query, and the query must never die on data.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kmon.history import avro
@@ -151,9 +153,42 @@ def _parts_of(keys: str, kind: str) -> str:
             f" array_repeat(CAST(NULL AS {_READS}), {n})) AS {_PARTS})")
 
 
-def fragments(dec: DataFrame, watermark_delay: str | None = None,
+_OK = "reason IS NULL"  # a valid event
+_MOP = "e.f IN ('send', 'poll', 'txn')"  # an op of micro-ops
+
+
+def _event_columns(dec: DataFrame) -> DataFrame:
+    """Per event, only the scalars the parts need, so the explodes do not copy the whole event
+    into every row they make (``e`` itself is used by the first explode only)."""
+    from pyspark.sql import functions as F
+
+    sends = "size(e.mops) - size(array_remove(e.mops.f, 'send'))"
+    valid = F.col("reason").isNull()
+    return dec.select(
+        F.when(valid, F.col("e.probe")).otherwise(F.lit(DEAD_PROBE)).alias("probe"),
+        # No nulls in numeric part columns (dead letters get 0): one null inside a packed
+        # list would turn every key's list of that column into floats in pandas.
+        F.coalesce(F.col("e.index"), F.lit(0)).alias("idx"),
+        F.coalesce(F.col("e.process"), F.lit(0)).alias("proc"),
+        F.col("e.type").alias("type"),
+        F.col("e.f").alias("f"),
+        F.coalesce(F.col("e.time"), F.lit(0)).alias("t"),
+        F.coalesce(F.col("e.invoke_time"), F.col("e.time"), F.lit(0)).alias("it"),
+        F.expr(f"IF({_OK} AND {_MOP}, {sends}, 0)").alias("nw"),
+        F.col("e.placements.key").alias("pl_key"),
+        F.col("e.placements.topic").alias("pl_topic"),
+        F.col("e.placements.partition").alias("pl_part"),
+        F.col("reason"),
+        F.when(~valid, F.col("value")).alias("dl_raw"),
+        F.when(~valid, F.concat_ws(":", "topic", "partition", "offset")).alias("dl_src"),
+        "e",  # only for the parts, made inside the explode (not copied into each part row)
+        F.expr(f"IF({_OK}, timestamp_micros(e.time div 1000), NULL)").alias("ets"),
+    )
+
+
+def fragments(dec: DataFrame | Sequence[DataFrame], watermark_delay: str | None = None,
               keep_time: bool = False) -> DataFrame:
-    """Decoded events (``decoded``) -> part rows (``PART_COLUMNS``), one pass, no union.
+    """Decoded events (``decoded``) -> part rows (``PART_COLUMNS``), one pass.
 
     A valid event yields one row per *part*: each send mop, each key's records in each poll
     mop, each key an assign/subscribe completion named, each key a rebalance during the op
@@ -164,16 +199,18 @@ def fragments(dec: DataFrame, watermark_delay: str | None = None,
     ``kind`` ``DEAD``, the raw value and its source position).
 
     ``watermark_delay`` (e.g. ``"5 seconds"``) sets the event-time watermark on the valid
-    events' ``time``. The time column is dropped right after, so the stateful operator has no
-    watermarked input column and never drops late events: they are folded like any other (a
-    late poll must still clear a candidate lost write); only verdicts wait for the watermark.
+    events' ``time``. Several decoded streams (the monitor's: one per events partition) each
+    get their own watermark before they are united, and Spark's global watermark is then the
+    lowest of them (``spark.sql.streaming.multipleWatermarkPolicy`` = min, the default).
+    The time column is dropped right after, so the stateful operator has no watermarked input
+    column and never drops late events: they are folded like any other (a late poll must still
+    clear a candidate lost write); only verdicts wait for the watermark.
     Dead letters have a null time: a garbage time must not move the watermark.
     """
     from pyspark.sql import functions as F
 
-    ok = "reason IS NULL"
+    ok, mop = _OK, _MOP
     done = "e.type <> 'invoke'"
-    mop = "e.f IN ('send', 'poll', 'txn')"
     # mops as parts: a send keeps key/value/offset; a poll keeps its reads (exploded next).
     mops = (f"CAST(arrays_zip(e.mops.f, e.mops.key, e.mops.value, e.mops.offset, e.mops.reads)"
             f" AS {_PARTS})")
@@ -185,32 +222,11 @@ def fragments(dec: DataFrame, watermark_delay: str | None = None,
     # the completion), so only completions make parts; invokes still move the watermark.
     parts = (f"IF({ok}, concat(IF({mop} AND {done}, {mops}, CAST(array() AS {_PARTS})),"
              f" {_parts_of(akeys, 'assign')}, {_parts_of(rkeys, 'rebalance')}), {dead})")
-    sends = "size(e.mops) - size(array_remove(e.mops.f, 'send'))"
     valid = F.col("reason").isNull()
-    # Per event: only the scalars the parts need, so the explodes do not copy the whole event
-    # into every row they make (``e`` itself is used by the first explode only).
-    events = dec.select(
-        F.when(valid, F.col("e.probe")).otherwise(F.lit(DEAD_PROBE)).alias("probe"),
-        # No nulls in numeric part columns (dead letters get 0): one null inside a packed
-        # list would turn every key's list of that column into floats in pandas.
-        F.coalesce(F.col("e.index"), F.lit(0)).alias("idx"),
-        F.coalesce(F.col("e.process"), F.lit(0)).alias("proc"),
-        F.col("e.type").alias("type"),
-        F.col("e.f").alias("f"),
-        F.coalesce(F.col("e.time"), F.lit(0)).alias("t"),
-        F.coalesce(F.col("e.invoke_time"), F.col("e.time"), F.lit(0)).alias("it"),
-        F.expr(f"IF({ok} AND {mop}, {sends}, 0)").alias("nw"),
-        F.col("e.placements.key").alias("pl_key"),
-        F.col("e.placements.topic").alias("pl_topic"),
-        F.col("e.placements.partition").alias("pl_part"),
-        F.col("reason"),
-        F.when(~valid, F.col("value")).alias("dl_raw"),
-        F.when(~valid, F.concat_ws(":", "topic", "partition", "offset")).alias("dl_src"),
-        "e",  # only for the parts, made inside the explode (not copied into each part row)
-        F.expr(f"IF({ok}, timestamp_micros(e.time div 1000), NULL)").alias("ets"),
-    )
+    streams = [_event_columns(d) for d in (dec if isinstance(dec, list | tuple) else [dec])]
     if watermark_delay is not None:
-        events = events.withWatermark("ets", watermark_delay)
+        streams = [e.withWatermark("ets", watermark_delay) for e in streams]
+    events = functools.reduce(lambda a, b: a.union(b), streams)
     # Level 1: one row per mop / assigned key / rebalanced key. Level 2: a poll's reads, one
     # row per key; a poll of no key (or a poll's invoke) leaves no row, any other part one.
     # (Outer explodes: for a plain one Spark infers a "size(parts) > 0" filter and pushes it

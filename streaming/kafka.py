@@ -1,8 +1,10 @@
-"""The driver's Kafka clients: the outputs producer and the output topics' creation."""
+"""The driver's Kafka clients: the outputs producer, the output topics' creation, the events
+topic's partitions."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -34,6 +36,40 @@ def make_producer(cfg: MonitorConfig) -> Any:
     return Producer(producer_config(cfg))
 
 
+def _client_settings(cfg: MonitorConfig) -> dict[str, Any]:
+    """Where the cluster is and how to log in: what an admin client or a consumer needs."""
+    return {k: v for k, v in producer_config(cfg).items()
+            if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl."))}
+
+
+def events_partitions(cfg: MonitorConfig, stop: threading.Event | None = None,
+                      timeout: float = 30.0, wait: bool = True) -> list[int]:
+    """The events topic's partitions. The monitor may start before the probes create the
+    topic: then this waits for it (logging each minute) until ``stop`` is set. ``wait``
+    False: one look, [] if the topic cannot be seen."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(_client_settings(cfg))
+    stop = stop or threading.Event()
+    next_log = 0.0
+    while True:
+        try:
+            # All topics, not just this one: asking for one may auto-create it.
+            meta = admin.list_topics(timeout=timeout).topics.get(cfg.events_topic)
+            if meta is not None and meta.error is None and meta.partitions:
+                return sorted(meta.partitions)
+        except KafkaException as e:
+            log.warning("could not list topics: %s", e)
+        if not wait:
+            return []
+        if time.monotonic() >= next_log:
+            next_log = time.monotonic() + 60
+            log.info("waiting for the events topic %s (the probes create it)", cfg.events_topic)
+        if stop.wait(2.0):
+            raise InterruptedError("stopped while waiting for the events topic")
+
+
 def ensure_topics(cfg: MonitorConfig, timeout: float = 30.0) -> None:
     """Create the anomalies, facts and dead-letter topics if they do not exist yet.
 
@@ -42,9 +78,7 @@ def ensure_topics(cfg: MonitorConfig, timeout: float = 30.0) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin_cfg = {k: v for k, v in producer_config(cfg).items()
-                 if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl."))}
-    admin = AdminClient(admin_cfg)
+    admin = AdminClient(_client_settings(cfg))
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as e:
@@ -70,9 +104,7 @@ def end_offsets(cfg: MonitorConfig, topic: str, timeout: float = 30.0) -> str:
 
     from confluent_kafka import Consumer, TopicPartition
 
-    settings = {k: v for k, v in producer_config(cfg).items()
-                if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl."))}
-    consumer = Consumer({**settings, "group.id": "kmon-monitor-offsets",
+    consumer = Consumer({**_client_settings(cfg), "group.id": "kmon-monitor-offsets",
                          "enable.auto.commit": False})  # reads nothing, commits nothing
     deadline = time.monotonic() + timeout
     try:

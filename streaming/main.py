@@ -108,7 +108,7 @@ def run(cfg: config.MonitorConfig, stop: threading.Event | None = None) -> int:
     spark.sparkContext.setLogLevel("WARN")
 
     def start() -> Any:
-        monitor = Monitor(cfg, spark)
+        monitor = Monitor(cfg, spark, stop=stop)
         monitor.start()
         log.info("monitoring %s; metrics on %s:%s; checkpoint %s", cfg.events_topic,
                  cfg.metrics_host, cfg.metrics_port, cfg.checkpoint)
@@ -160,10 +160,12 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(args)
-    except config.ConfigError as e:
+        return run(cfg)
+    except config.ConfigError as e:  # also one found at start, e.g. a checkpoint's layout
         print(f"kmon monitor: error: {e}", file=sys.stderr)
         return 2
-    return run(cfg)
+    except InterruptedError:  # stopped while waiting for the events topic
+        return 0
 
 
 if __name__ == "__main__":

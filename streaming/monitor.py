@@ -23,13 +23,15 @@ the driver's ``metrics/`` snapshots) and one ``Outputs``.
 
 from __future__ import annotations
 
+import json
 import logging
-import re
 import threading
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from kmon.streaming import decode, pack
-from kmon.streaming.config import MonitorConfig
+from kmon.streaming.config import ConfigError, MonitorConfig
 from kmon.streaming.keyfold import FoldSettings
 from kmon.streaming.metrics import E2E_BUCKETS, MonitorMetrics, registry_with
 from kmon.streaming.outputs import KEYS, TRANSACTIONS, Outputs
@@ -68,6 +70,15 @@ def _ms(seconds: float) -> str:
     return f"{round(seconds * 1000)} milliseconds"
 
 
+def starting_offsets_of(cfg: MonitorConfig, partition: int) -> str:
+    """``starting.offsets`` for one events partition's source (a partition a JSON map does
+    not name starts at the earliest offset)."""
+    if cfg.starting_offsets in ("earliest", "latest"):
+        return cfg.starting_offsets
+    named = json.loads(cfg.starting_offsets).get(cfg.events_topic, {})
+    return json.dumps({cfg.events_topic: {str(partition): named.get(str(partition), -2)}})
+
+
 def packed_spark_schema(parts_schema: Any) -> Any:
     from pyspark.sql.types import ArrayType, IntegerType, StructField, StructType
 
@@ -78,23 +89,32 @@ def packed_spark_schema(parts_schema: Any) -> Any:
         + [parts_schema[c] for c in pack.READS])
 
 
-def stage1(spark: Any, cfg: MonitorConfig) -> Any:
-    """The per-key query's output DataFrame (before the sink)."""
+def stage1(spark: Any, cfg: MonitorConfig, partitions: Sequence[int]) -> Any:
+    """The per-key query's output DataFrame (before the sink).
+
+    Each events partition is its own Kafka source with its own event-time watermark, and the
+    query's watermark is the lowest of them: evidence held up in one partition (its leader
+    failing over, a probe's buffer draining) holds back absence verdicts until it arrives,
+    where one watermark for the whole topic would follow the freshest partition and decide
+    too early. Probes' clock ticks keep every partition's watermark moving.
+    """
     from kmon.streaming.processors import OUTPUT_SCHEMA, KeyFoldProcessor
 
-    reader = (spark.readStream.format("kafka").options(**cfg.kafka_options())
-              # A pattern, not "subscribe": the monitor may start before the probes create
-              # the events topic, and then waits for it instead of failing.
-              .option("subscribePattern", f"^{re.escape(cfg.events_topic)}$")
-              .option("startingOffsets", cfg.starting_offsets)
-              .option("includeHeaders", "true")  # the schema version header
-              # Events lost to retention before the monitor read them are a gap to log, not a
-              # reason to stop monitoring.
-              .option("failOnDataLoss", "false"))
-    if cfg.max_events_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_events_per_trigger))
+    cap = cfg.max_events_per_trigger
     skew = None if cfg.max_future_skew_s is None else int(cfg.max_future_skew_s * 1000)
-    parts = decode.fragments(decode.decoded(reader.load(), skew), _ms(cfg.watermark_delay_s))
+    decoded = []
+    for p in partitions:
+        reader = (spark.readStream.format("kafka").options(**cfg.kafka_options())
+                  .option("assign", json.dumps({cfg.events_topic: [p]}))
+                  .option("startingOffsets", starting_offsets_of(cfg, p))
+                  .option("includeHeaders", "true")  # the schema version header
+                  # Events lost to retention before the monitor read them are a gap to log,
+                  # not a reason to stop monitoring.
+                  .option("failOnDataLoss", "false"))
+        if cap:
+            reader = reader.option("maxOffsetsPerTrigger", str(-(-cap // len(partitions))))
+        decoded.append(decode.decoded(reader.load(), skew))
+    parts = decode.fragments(decoded, _ms(cfg.watermark_delay_s))
     packed = parts.mapInArrow(pack.pack_batches, packed_spark_schema(parts.schema))
     return packed.groupBy(*pack.KEY).transformWithStateInPandas(
         statefulProcessor=KeyFoldProcessor(fold_settings(cfg)),
@@ -126,13 +146,24 @@ def stage2(spark: Any, cfg: MonitorConfig, starting_offsets: str) -> Any:
         outputStructType=OUTPUT_SCHEMA, outputMode="Update", timeMode="None")
 
 
+PARTITIONS_CHECK_S = 60.0  # how often a running monitor looks for new events partitions
+
+
+class EventsTopicChanged(RuntimeError):
+    """Partitions were added to the events topic while the monitor ran."""
+
+
 class Monitor:
     """Builds, starts and stops the monitor. ``spark`` defaults to the active session."""
 
     def __init__(self, cfg: MonitorConfig, spark: Any = None, metrics: MonitorMetrics | None = None,
-                 producer: Any = None, serve_metrics: bool = True) -> None:
+                 producer: Any = None, serve_metrics: bool = True,
+                 stop: threading.Event | None = None) -> None:
         self.cfg = cfg
         self.spark = spark
+        self._stop = stop or threading.Event()  # set: give up waiting for the events topic
+        self.partitions: list[int] = []  # the events partitions read, one source each
+        self._partitions_checked = 0.0
         self.metrics = metrics or MonitorMetrics()
         self.registry = registry_with(self.metrics)
         self._producer = producer
@@ -147,7 +178,12 @@ class Monitor:
     def start(self) -> None:
         from pyspark.sql import SparkSession
 
-        from kmon.streaming.kafka import end_offsets, ensure_topics, make_producer
+        from kmon.streaming.kafka import (
+            end_offsets,
+            ensure_topics,
+            events_partitions,
+            make_producer,
+        )
         from kmon.streaming.session import quiet_expected_warnings
         from kmon.streaming.snapshots import HadoopSnapshotStore
 
@@ -162,6 +198,9 @@ class Monitor:
             if k.startswith("spark.sql."):
                 spark.conf.set(k, v)
         ensure_topics(self.cfg)
+        self.partitions = events_partitions(self.cfg, self._stop)
+        self._partitions_checked = time.monotonic()
+        _check_sources(spark, self.cfg, self.partitions)
         producer = self._producer
         if producer is None:
             producer = self._made_producer = make_producer(self.cfg)
@@ -189,7 +228,7 @@ class Monitor:
             facts_start = end_offsets(self.cfg, self.cfg.facts_topic)
         trigger = _ms(self.cfg.trigger_s)
         self.queries[KEYS] = (
-            stage1(spark, self.cfg).writeStream.queryName(f"kmon-{KEYS}")
+            stage1(spark, self.cfg, self.partitions).writeStream.queryName(f"kmon-{KEYS}")
             .foreachBatch(self.outputs.key_batch)
             .option("checkpointLocation", self.cfg.stage1_checkpoint)
             .trigger(processingTime=trigger).start())
@@ -212,6 +251,7 @@ class Monitor:
 
         deadline = None if timeout is None else _time.monotonic() + timeout
         while True:
+            self._check_partitions()
             for q in self.queries.values():
                 if not q.isActive:
                     q.awaitTermination()  # re-raises the query's exception
@@ -219,6 +259,20 @@ class Monitor:
             if deadline is not None and _time.monotonic() >= deadline:
                 return False
             self._stopped.wait(0.5)
+
+    def _check_partitions(self) -> None:
+        """Partitions added to the events topic would go unread: fail, naming them (the
+        restart then asks for a new checkpoint, see ``_check_sources``)."""
+        if not self.partitions or time.monotonic() - self._partitions_checked < PARTITIONS_CHECK_S:
+            return
+        from kmon.streaming.kafka import events_partitions
+
+        self._partitions_checked = time.monotonic()
+        now = events_partitions(self.cfg, wait=False)
+        if now and now != self.partitions:
+            raise EventsTopicChanged(
+                f"the events topic {self.cfg.events_topic} now has partitions {now}; this "
+                f"monitor reads {self.partitions}, one source each")
 
     def stop(self) -> None:
         self._stopped.set()
@@ -253,6 +307,42 @@ class Monitor:
             producer.close()
         except Exception:  # best effort: the process may be on its way out
             log.warning("closing the outputs producer", exc_info=True)
+
+
+def _check_sources(spark: Any, cfg: MonitorConfig, partitions: list[int]) -> None:
+    """A checkpoint resumes only the sources it was written with: one per events partition."""
+    sources = _checkpoint_sources(spark, cfg.stage1_checkpoint)
+    if sources is None:
+        return
+    try:
+        read = [int(p) for line in sources for p in json.loads(line)[cfg.events_topic]]
+    except (ValueError, KeyError, TypeError):
+        read = None
+    if read != partitions:
+        raise ConfigError(
+            f"checkpoint: {cfg.checkpoint} was written reading partitions {read} of "
+            f"{cfg.events_topic}, which now has {partitions}; the monitor reads each partition "
+            "as its own source and cannot resume it: give it a new checkpoint location (its "
+            "state, and verdicts still pending, start afresh)")
+
+
+def _checkpoint_sources(spark: Any, checkpoint: str) -> list[str] | None:
+    """The last offsets a checkpoint logged, one JSON line per source; None: none yet."""
+    jvm = spark.sparkContext._jvm
+    d = jvm.org.apache.hadoop.fs.Path(checkpoint + "/offsets")
+    fs = d.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(d):
+        return None
+    batches = [int(n) for n in (st.getPath().getName() for st in fs.listStatus(d)) if n.isdigit()]
+    if not batches:
+        return None
+    stream = fs.open(jvm.org.apache.hadoop.fs.Path(d, str(max(batches))))
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(
+            stream, jvm.java.nio.charset.StandardCharsets.UTF_8)
+    finally:
+        stream.close()
+    return [line for line in text.splitlines()[2:] if line.strip()]  # after version, metadata
 
 
 def _exists(spark: Any, path: str) -> bool:
