@@ -35,7 +35,8 @@ INTEGRATION_DIR = Path(__file__).parent / "integration"
 # Modules whose in-process monitors leave librdkafka clients behind run after every test that
 # kills brokers: twice in CI a client in the pytest process aborted it (SIGABRT) while the
 # unclean-election test killed a broker, right after these modules had run.
-RUN_LAST = ("test_detection.py", "test_monitor.py", "test_monitor_restart.py")
+RUN_LAST = ("test_detection.py", "test_monitor.py", "test_monitor_restart.py",
+            "test_monitor_watermark.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -112,8 +112,6 @@ class LocalCluster:
         self.cache = env.kmon_cache(cache)
         extra = shlex.split(os.environ.get("KMON_KAFKA_JVM_OPTS", ""))
         self.jvm_opts = [*(jvm_opts if jvm_opts is not None else DEFAULT_JVM_OPTS), *extra]
-        self._admin: AdminClient | None = None
-        self._node_admins: dict[int, AdminClient] = {}
 
     # --- where things are ----------------------------------------------------------------
 
@@ -252,7 +250,6 @@ class LocalCluster:
             if procs.is_alive(pid):
                 raise ClusterError(f"broker {n} (pid {pid}) survived SIGKILL")
             self._forget(n)
-        self._close_admin()
 
     # --- fault verbs ---------------------------------------------------------------------
 
@@ -362,10 +359,10 @@ class LocalCluster:
     # --- metadata and topics -------------------------------------------------------------
 
     def admin(self) -> AdminClient:
-        """A shared AdminClient on this cluster (kept until ``down``)."""
-        if self._admin is None:
-            self._admin = AdminClient(self.client_config())
-        return self._admin
+        """A new AdminClient on this cluster, for the caller to drop when done. None is kept:
+        an idle client's threads would live on through every broker kill and pause (a test
+        process holding them has died in librdkafka's threads)."""
+        return AdminClient(self.client_config())
 
     def _any_admin(self) -> AdminClient:
         """An AdminClient on a running broker: a paused one would take requests and hang."""
@@ -373,14 +370,12 @@ class LocalCluster:
         return self._node_admin(running[0]) if running else self.admin()
 
     def _node_admin(self, node_id: int) -> AdminClient:
-        if node_id not in self._node_admins:
-            config = self.client_config(**{
-                "bootstrap.servers": self.broker_address(node_id),
-                # Metadata requests about a topic must never create it.
-                "allow.auto.create.topics": False,
-            })
-            self._node_admins[node_id] = AdminClient(config)
-        return self._node_admins[node_id]
+        """A new AdminClient talking to broker ``node_id`` only (see ``admin``)."""
+        return AdminClient(self.client_config(**{
+            "bootstrap.servers": self.broker_address(node_id),
+            # Metadata requests about a topic must never create it.
+            "allow.auto.create.topics": False,
+        }))
 
     def client_config(self, **extra: Any) -> dict[str, Any]:
         """Base config for confluent-kafka clients of this cluster (add your own settings)."""
@@ -419,7 +414,8 @@ class LocalCluster:
             name, num_partitions=partitions, replication_factor=replication_factor,
             config=dict(config or {}),
         )
-        future = self._any_admin().create_topics([topic], request_timeout=timeout)[name]
+        admin = self._any_admin()  # held until the result: its futures die with it
+        future = admin.create_topics([topic], request_timeout=timeout)[name]
         try:
             future.result(timeout + 5)
         except KafkaException as exc:
@@ -564,10 +560,6 @@ class LocalCluster:
 
     def _forget(self, node_id: int) -> None:
         self.pid_path(node_id).unlink(missing_ok=True)
-
-    def _close_admin(self) -> None:
-        self._admin = None
-        self._node_admins.clear()
 
     def _probe_write(self, timeout: float) -> str:
         """One acks=all write to the ready topic; returns '' on success, else the error."""

@@ -32,19 +32,16 @@ if TYPE_CHECKING:
     from kmon.local.cluster import LocalCluster
 
 TIMEOUT = 15.0
-_admins: dict[tuple[str, int], AdminClient] = {}
 
 
 def admin_on(cluster: LocalCluster, node: int) -> AdminClient:
-    """An AdminClient that only ever talks to broker ``node`` (cached per cluster and node)."""
-    key = (str(cluster.home), node)
-    if key not in _admins:
-        _admins[key] = AdminClient(cluster.client_config(**{
-            "bootstrap.servers": cluster.broker_address(node),
-            # Metadata requests about a topic must never create it.
-            "allow.auto.create.topics": False,
-        }))
-    return _admins[key]
+    """A new AdminClient that only ever talks to broker ``node``, for the caller to drop when
+    done (none lingers through the faults: see ``LocalCluster.admin``)."""
+    return AdminClient(cluster.client_config(**{
+        "bootstrap.servers": cluster.broker_address(node),
+        # Metadata requests about a topic must never create it.
+        "allow.auto.create.topics": False,
+    }))
 
 
 def running_admin(cluster: LocalCluster, avoid: tuple[int, ...] = ()) -> AdminClient:

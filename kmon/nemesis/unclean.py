@@ -263,9 +263,8 @@ class UncleanElection(Fault):
                 # with a SystemError.)
                 # The request itself may time out while the controller is busy fencing.
                 with contextlib.suppress(KafkaException, FaultError, TimeoutError):
-                    running_admin(self.cluster).elect_leaders(
-                        ElectionType.UNCLEAN, [tp]
-                    ).result(10.0)
+                    admin = running_admin(self.cluster)  # held: its futures die with it
+                    admin.elect_leaders(ElectionType.UNCLEAN, [tp]).result(10.0)
             time.sleep(0.3)
 
     def _stop(self) -> None:
