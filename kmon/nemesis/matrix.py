@@ -537,9 +537,10 @@ def run_all(m: Matrix, names: Sequence[str] | None = None) -> list[RowResult]:
 MONITOR_TIMING = {
     # The events topic lives on the faulted cluster: an events partition whose leader a row
     # kills lags the others by a failover (the brokers' 9 s session timeout, then the probes'
-    # retries), and the watermark follows the freshest partition. With 2 s + 5 s, CI once saw
-    # a lost-write decided before the lagging partition brought the read that contradicted
-    # it (the unclean-election row); delay + grace must outlast that lag.
+    # retries). With one watermark that followed the freshest partition and 2 s + 5 s, CI
+    # once saw a lost-write decided before the lagging partition brought the read that
+    # contradicted it (the unclean-election row). The monitor now decides on the lowest
+    # partition's watermark; the production defaults stay as a second margin.
     "watermark.delay": "5s",
     "grace": "10s",
     # A leader pause stalls each probe process's one loop of sends, transactions and polls
