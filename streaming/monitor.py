@@ -314,16 +314,24 @@ def _check_sources(spark: Any, cfg: MonitorConfig, partitions: list[int]) -> Non
     sources = _checkpoint_sources(spark, cfg.stage1_checkpoint)
     if sources is None:
         return
+    error = sources_mismatch(sources, cfg, partitions)
+    if error:
+        raise ConfigError(error)
+
+
+def sources_mismatch(sources: list[str], cfg: MonitorConfig, partitions: list[int]) -> str:
+    """Why a checkpoint whose sources logged ``sources`` (one offsets JSON each) cannot resume
+    reading ``partitions`` one source each; "" if it can."""
     try:
-        read = [int(p) for line in sources for p in json.loads(line)[cfg.events_topic]]
-    except (ValueError, KeyError, TypeError):
+        read = [sorted(int(p) for p in json.loads(line)[cfg.events_topic]) for line in sources]
+    except (ValueError, KeyError, TypeError, AttributeError):
         read = None
-    if read != partitions:
-        raise ConfigError(
-            f"checkpoint: {cfg.checkpoint} was written reading partitions {read} of "
-            f"{cfg.events_topic}, which now has {partitions}; the monitor reads each partition "
-            "as its own source and cannot resume it: give it a new checkpoint location (its "
-            "state, and verdicts still pending, start afresh)")
+    if read == [[p] for p in partitions]:
+        return ""
+    return (f"checkpoint: {cfg.checkpoint} was written by sources reading {read} of "
+            f"{cfg.events_topic}, which now has partitions {partitions}; the monitor reads each "
+            "partition as its own source and cannot resume it: give it a new checkpoint "
+            "location (its state, and verdicts still pending, start afresh)")
 
 
 def _checkpoint_sources(spark: Any, checkpoint: str) -> list[str] | None:

@@ -61,3 +61,16 @@ def test_a_stop_ends_the_wait_and_one_look_does_not_wait(
     with pytest.raises(InterruptedError):
         kafka.events_partitions(_cfg(), stop)
     assert kafka.events_partitions(_cfg(), wait=False) == []
+
+
+def test_a_checkpoint_resumes_only_one_source_per_partition_in_order() -> None:
+    from kmon.streaming.monitor import sources_mismatch
+
+    cfg = _cfg()
+    one_each = ['{"ev":{"0":5}}', '{"ev":{"1":7}}']
+    assert sources_mismatch(one_each, cfg, [0, 1]) == ""
+    # Written before partition 2 was added; by the old single source over every partition;
+    # for another topic; unreadable.
+    for sources in (one_each, ['{"ev":{"0":5,"1":7}}'], ['{"other":{"0":5}}'], ["garbage"]):
+        why = sources_mismatch(sources, cfg, [0, 1, 2] if sources is one_each else [0, 1])
+        assert why.startswith("checkpoint: /tmp/ck") and "new checkpoint location" in why
