@@ -367,9 +367,9 @@ class LocalCluster:
     def _any_admin(self) -> AdminClient:
         """An AdminClient on a running broker: a paused one would take requests and hang."""
         running = [n for n in BROKER_IDS if self.state(n) == "running"]
-        return self._node_admin(running[0]) if running else self.admin()
+        return self.node_admin(running[0]) if running else self.admin()
 
-    def _node_admin(self, node_id: int) -> AdminClient:
+    def node_admin(self, node_id: int) -> AdminClient:
         """A new AdminClient talking to broker ``node_id`` only (see ``admin``)."""
         return AdminClient(self.client_config(**{
             "bootstrap.servers": self.broker_address(node_id),
@@ -454,7 +454,7 @@ class LocalCluster:
                     continue
                 attempt = min(3.0, max(0.5, deadline - time.monotonic()))
                 try:
-                    return self._node_admin(n).list_topics(topic, timeout=attempt)
+                    return self.node_admin(n).list_topics(topic, timeout=attempt)
                 except KafkaException as exc:
                     last = exc
             if time.monotonic() >= deadline:

@@ -37,11 +37,7 @@ TIMEOUT = 15.0
 def admin_on(cluster: LocalCluster, node: int) -> AdminClient:
     """A new AdminClient that only ever talks to broker ``node``, for the caller to drop when
     done (none lingers through the faults: see ``LocalCluster.admin``)."""
-    return AdminClient(cluster.client_config(**{
-        "bootstrap.servers": cluster.broker_address(node),
-        # Metadata requests about a topic must never create it.
-        "allow.auto.create.topics": False,
-    }))
+    return cluster.node_admin(node)
 
 
 def running_admin(cluster: LocalCluster, avoid: tuple[int, ...] = ()) -> AdminClient:
