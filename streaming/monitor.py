@@ -111,7 +111,7 @@ def stage1(spark: Any, cfg: MonitorConfig, partitions: Sequence[int]) -> Any:
                   # Events lost to retention before the monitor read them are a gap to log,
                   # not a reason to stop monitoring.
                   .option("failOnDataLoss", "false"))
-        if cap:
+        if cap:  # the setting caps a micro-batch; each source gets its share, rounded up
             reader = reader.option("maxOffsetsPerTrigger", str(-(-cap // len(partitions))))
         decoded.append(decode.decoded(reader.load(), skew))
     parts = decode.fragments(decoded, _ms(cfg.watermark_delay_s))
@@ -336,20 +336,13 @@ def sources_mismatch(sources: list[str], cfg: MonitorConfig, partitions: list[in
 
 def _checkpoint_sources(spark: Any, checkpoint: str) -> list[str] | None:
     """The last offsets a checkpoint logged, one JSON line per source; None: none yet."""
-    jvm = spark.sparkContext._jvm
-    d = jvm.org.apache.hadoop.fs.Path(checkpoint + "/offsets")
-    fs = d.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(d):
-        return None
-    batches = [int(n) for n in (st.getPath().getName() for st in fs.listStatus(d)) if n.isdigit()]
+    from kmon.streaming.snapshots import HadoopDir
+
+    offsets = HadoopDir(spark, checkpoint + "/offsets")
+    batches = [int(n) for n in offsets.names() if n.isdigit()]
     if not batches:
         return None
-    stream = fs.open(jvm.org.apache.hadoop.fs.Path(d, str(max(batches))))
-    try:
-        text = jvm.org.apache.commons.io.IOUtils.toString(
-            stream, jvm.java.nio.charset.StandardCharsets.UTF_8)
-    finally:
-        stream.close()
+    text = offsets.read(str(max(batches)))
     return [line for line in text.splitlines()[2:] if line.strip()]  # after version, metadata
 
 

@@ -91,11 +91,11 @@ class LocalSnapshotStore(SnapshotStore):
         (self.dir / name).unlink(missing_ok=True)
 
 
-class HadoopSnapshotStore(SnapshotStore):
-    """Snapshots under a Hadoop path (file:, hdfs:, s3a:, ...) through the driver's JVM."""
+class HadoopDir:
+    """Files of one directory under a Hadoop path (file:, hdfs:, s3a:, ...) through the
+    driver's JVM: the snapshots' storage, and how the monitor reads Spark's checkpoint."""
 
     def __init__(self, spark: Any, directory: str) -> None:
-        super().__init__()
         jvm = spark.sparkContext._jvm
         conf = spark.sparkContext._jsc.hadoopConfiguration()
         self._Path = jvm.org.apache.hadoop.fs.Path
@@ -104,19 +104,20 @@ class HadoopSnapshotStore(SnapshotStore):
         self._charset = jvm.java.nio.charset.StandardCharsets.UTF_8
         self._io = jvm.org.apache.commons.io.IOUtils
 
-    def _list(self) -> list[str]:
+    def names(self) -> list[str]:
+        """The directory's file names ([] if it does not exist)."""
         if not self.fs.exists(self.dir):
             return []
         return [s.getPath().getName() for s in self.fs.listStatus(self.dir)]
 
-    def _read(self, name: str) -> str:
+    def read(self, name: str) -> str:
         stream = self.fs.open(self._Path(self.dir, name))
         try:
             return self._io.toString(stream, self._charset)
         finally:
             stream.close()
 
-    def _write(self, name: str, body: str) -> None:
+    def write(self, name: str, body: str) -> None:
         self.fs.mkdirs(self.dir)
         stream = self.fs.create(self._Path(self.dir, name), False)
         try:
@@ -124,5 +125,25 @@ class HadoopSnapshotStore(SnapshotStore):
         finally:
             stream.close()
 
-    def _delete(self, name: str) -> None:
+    def delete(self, name: str) -> None:
         self.fs.delete(self._Path(self.dir, name), False)
+
+
+class HadoopSnapshotStore(SnapshotStore):
+    """Snapshots in a ``HadoopDir``."""
+
+    def __init__(self, spark: Any, directory: str) -> None:
+        super().__init__()
+        self.files = HadoopDir(spark, directory)
+
+    def _list(self) -> list[str]:
+        return self.files.names()
+
+    def _read(self, name: str) -> str:
+        return self.files.read(name)
+
+    def _write(self, name: str, body: str) -> None:
+        self.files.write(name, body)
+
+    def _delete(self, name: str) -> None:
+        self.files.delete(name)
