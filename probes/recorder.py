@@ -201,11 +201,11 @@ class Emitter:
 
     def tick(self) -> None:
         """A clock tick, now, to every partition of the events topic."""
-        data = encode_op(clock_tick(time.time_ns(), self.probe))
+        data, headers = encode_op(clock_tick(time.time_ns(), self.probe)), kafka_headers()
         for p in self._events_partitions():
             try:
-                self.producer.produce(self.topic, value=data, partition=p,
-                                      headers=kafka_headers(), on_delivery=self._on_tick)
+                self.producer.produce(self.topic, value=data, partition=p, headers=headers,
+                                      on_delivery=self._on_tick)
             except BufferError:
                 return  # op events fill the buffer: they matter more, and move the clock too
             self.ticks += 1

@@ -21,7 +21,7 @@ from kmon.checker.state import OCCUPIED, VER, W_ANY, W_FAIL, KeyState
 from kmon.checker.torn import TxnStage
 from kmon.checker.unseen import unseen_values
 from kmon.checker.values import EMPTY
-from kmon.history.model import MOP_FS, OP_FS, TICK_PROCESS, Op
+from kmon.history.model import MOP_FS, OP_FS, Op, is_clock_tick
 
 _OP_FS = frozenset(OP_FS)
 
@@ -68,7 +68,7 @@ class Checker:
 
     def apply(self, op: Op) -> None:
         f = op.f
-        if f not in _OP_FS or op.process == TICK_PROCESS:
+        if f not in _OP_FS or is_clock_tick(op):
             return  # nemesis and other non-client ops; the monitor's clock ticks
         self.ops += 1
         if f in MOP_FS:
