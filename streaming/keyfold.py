@@ -247,6 +247,20 @@ class KeyFold:
         return row
 
 
+def timer_to_keep(old_ms: int | None, new_ms: int | None, watermark_ns: int) -> int | None:
+    """The timer a key should have registered, given the one it has (``old_ms``) and what it
+    needs now (``new_ms``, from ``next_timer_ms``).
+
+    A registered timer still ahead of the watermark and no later than needed is kept: at worst
+    it fires early, and that wake sets the next one. A key fed every micro-batch would
+    otherwise move its timer a batch further every batch, two state-store calls each (about
+    1-2 ms apiece from the Python worker, as much as folding the key's fragments).
+    """
+    if old_ms is not None and new_ms is not None and watermark_ns // 1_000_000 < old_ms <= new_ms:
+        return old_ms
+    return new_ms
+
+
 def _op_index(fr: Fragment) -> int:
     return fr.op
 

@@ -25,8 +25,9 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
+import numpy as np
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import (
@@ -42,7 +43,7 @@ from pyspark.sql.types import (
 
 from kmon.streaming import evidence as ev
 from kmon.streaming import frames
-from kmon.streaming.keyfold import DEAD, OUTPUT_COLUMNS, FoldSettings, KeyFold
+from kmon.streaming.keyfold import DEAD, OUTPUT_COLUMNS, FoldSettings, KeyFold, timer_to_keep
 from kmon.streaming.txnfold import FACT_FIELDS, TxnBucket
 
 STATE_SCHEMA = StructType([StructField("data", BinaryType(), False)])
@@ -72,8 +73,13 @@ assert tuple(f.name for f in OUTPUT_SCHEMA.fields) == OUTPUT_COLUMNS
 
 
 def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([r.get(c) for r in rows], dtype=object)
-                         for c in OUTPUT_COLUMNS})
+    """``rows`` as one object block: one frame per key and micro-batch, so its cost counts
+    (a Series per column took 1.3 ms for a one-row frame, this 0.2 ms)."""
+    cells = np.empty((len(rows), len(OUTPUT_COLUMNS)), dtype=object)
+    for i, r in enumerate(rows):
+        for j, c in enumerate(OUTPUT_COLUMNS):
+            cells[i, j] = r.get(c)  # one cell at a time: a list value (e2e) stays one object
+    return pd.DataFrame(cells, columns=list(OUTPUT_COLUMNS), copy=False)
 
 
 def _dead_letters(reason: str, frames_: Iterator[pd.DataFrame]) -> list[dict[str, Any]]:
@@ -100,7 +106,7 @@ class _Timed(StatefulProcessor):
 
     def _save(self, obj: Any, watermark_ns: int, rows: list[dict[str, Any]]) -> None:
         old = obj.timer_ms
-        new = obj.next_timer_ms(watermark_ns)
+        new = timer_to_keep(old, obj.next_timer_ms(watermark_ns), watermark_ns)
         obj.timer_ms = new
         data = obj.to_bytes()
         self.state.update((data,))
@@ -124,27 +130,42 @@ def _watermark_ns(timer_values: Any) -> int:
 
 class _Profile:
     """Where the Python worker's time goes, per phase: ``KMON_MONITOR_PROFILE=1`` in the
-    workers' environment logs the totals to stderr every ~20k fragments (off by default)."""
+    workers' environment logs the totals to stderr every ``every`` fragments (off by default).
+
+    Totals are kept per worker process, not per processor: Spark unpickles a fresh processor
+    for every task, and one task of a small micro-batch folds far fewer fragments than a
+    useful report needs. ``spark`` is the time outside kmon's code: from the task's ``init`` to
+    its first key, and between keys (PySpark building each key's frame, reading its output).
+    """
 
     enabled = os.environ.get("KMON_MONITOR_PROFILE") == "1"
+    every = 20_000
+    totals: ClassVar[dict[str, float]] = {}  # this worker process's, since its last report
 
     def __init__(self) -> None:
-        self.acc: dict[str, float] = {}
-        self.t = time.perf_counter()
+        self.t = 0.0
+
+    def start(self) -> None:
+        """A task begins (``init``): laps are measured from now."""
+        if self.enabled:
+            self.t = time.perf_counter()
+            self.totals["tasks"] = self.totals.get("tasks", 0) + 1
 
     def lap(self, phase: str) -> None:
         if self.enabled:
             t = time.perf_counter()
-            self.acc[phase] = self.acc.get(phase, 0.0) + t - self.t
+            self.totals[phase] = self.totals.get(phase, 0.0) + t - self.t
             self.t = t
 
     def count(self, n: int) -> None:
         if self.enabled:
-            self.acc["fragments"] = self.acc.get("fragments", 0) + n
-            if self.acc["fragments"] >= 20_000:
-                print("kmon-monitor-profile", {k: round(v, 3) for k, v in self.acc.items()},
+            acc = self.totals
+            acc["keys"] = acc.get("keys", 0) + 1
+            acc["fragments"] = acc.get("fragments", 0) + n
+            if acc["fragments"] >= self.every:
+                print("kmon-monitor-profile", {k: round(v, 3) for k, v in acc.items()},
                       file=sys.stderr, flush=True)
-                self.acc.clear()
+                acc.clear()
 
 
 class KeyFoldProcessor(_Timed):
@@ -153,6 +174,13 @@ class KeyFoldProcessor(_Timed):
     def __init__(self, settings: FoldSettings) -> None:
         self.settings = settings
         self.profile = _Profile()
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
+        self.profile.start()
+
+    def close(self) -> None:
+        self.profile.lap("spark")  # after the last key: the task's timers and output
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: Any) -> Iterator[pd.DataFrame]:

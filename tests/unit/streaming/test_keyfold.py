@@ -8,7 +8,7 @@ from kmon.checker import CheckConfig, Checker
 from kmon.checker.anomaly import Anomaly
 from kmon.checker.fragment import Fragment
 from kmon.checker.report import merge_anomalies
-from kmon.streaming.keyfold import DEAD, KeyFold
+from kmon.streaming.keyfold import DEAD, KeyFold, timer_to_keep
 from kmon.synth import SynthConfig, healthy
 from tests.checker.helpers import history, poll, send
 from tests.unit.streaming.cases import CASES
@@ -122,3 +122,53 @@ def test_stage2_keeps_writers_until_stage1_could_have_decided_them() -> None:
     ops = torn + busy
     out = run_online(ops, batch=len(ops) // 2, grace=SECOND, delay=SECOND // 10)
     assert "torn-transaction" in verdicts(out["evidence"])
+
+
+@pytest.mark.parametrize(("old", "new", "wm_ms", "kept"), [
+    (None, 5_000, 1_000, 5_000),  # no timer yet: register what is needed
+    (3_000, 5_000, 1_000, 3_000),  # ahead of the watermark and earlier: keep, fires early
+    (5_000, 5_000, 1_000, 5_000),
+    (7_000, 5_000, 1_000, 5_000),  # later than needed: move it earlier
+    (1_000, 5_000, 1_000, 5_000),  # the watermark has reached it: replace
+    (3_000, None, 1_000, None),  # nothing left to settle: remove
+])
+def test_a_timer_is_kept_while_it_is_ahead_and_no_later_than_needed(
+        old: int | None, new: int | None, wm_ms: int, kept: int | None) -> None:
+    assert timer_to_keep(old, new, wm_ms * 1_000_000) == kept
+
+
+def _spark_like(ops: list, keep: bool) -> tuple[list[tuple[int, str]], int]:
+    """One key, one op per micro-batch then idle batches, timers fired as Spark fires them
+    (when the watermark passes them; the fired timer is gone). Returns (batch, verdict) pairs
+    and the number of timer calls (register + delete) made."""
+    s = settings(grace=2 * SECOND)
+    data, timer, calls, found = None, None, 0, []
+    frags = [fr for op in ops if op.type != "invoke" for fr in _split(op)]
+    for b in range(40):
+        wm = b * SECOND // 2  # the watermark moves half a second per batch
+        kf = KeyFold("p", 1, s) if data is None else KeyFold.from_bytes("p", data, s)
+        kf.timer_ms = timer
+        out = kf.batch([frags[b]], None, wm) if b < len(frags) else []
+        if kf.timer_ms is not None and kf.timer_ms * 1_000_000 <= wm:
+            out += kf.wake(wm)  # Spark removed the fired timer (wake forgets it)
+        found += [(b, r["atype"]) for r in out if r["kind"] == "anomaly"]
+        new = kf.next_timer_ms(wm)
+        new = timer_to_keep(kf.timer_ms, new, wm) if keep else new
+        calls += (new != kf.timer_ms) * ((kf.timer_ms is not None) + (new is not None))
+        timer, data = new, kf.to_bytes()
+    return found, calls
+
+
+def test_keeping_timers_decides_in_the_same_batch_with_fewer_timer_calls() -> None:
+    # A key fed one send per batch, then a poll that skips all but the last value, then
+    # nothing: the lost writes' verdict is due after the last batch with data, from a timer.
+    ops = history(*[(0, "ok", "send", [send(1, 10 + n, n)]) for n in range(9)],
+                  (1, "ok", "poll", [poll({1: [(8, 18)]})]))
+    for n, op in enumerate(ops):
+        op.time = n * SECOND // 2  # one op per batch, at the batch's time
+    moved, moved_calls = _spark_like(ops, keep=False)
+    kept, kept_calls = _spark_like(ops, keep=True)
+    assert moved and {a for _, a in moved} == {"lost-write"}
+    assert min(b for b, _ in moved) > len(ops)  # decided by a timer, not by a batch of data
+    assert kept == moved
+    assert kept_calls < moved_calls
