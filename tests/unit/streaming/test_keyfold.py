@@ -142,12 +142,11 @@ def _spark_like(ops: list, keep: bool) -> tuple[list[tuple[int, str]], int]:
     (when the watermark passes them; the fired timer is gone). Returns (batch, verdict) pairs
     and the number of timer calls (register + delete) made."""
     s = settings(grace=2 * SECOND)
-    data, timer, calls, found = None, None, 0, []
+    data, calls, found = None, 0, []
     frags = [fr for op in ops if op.type != "invoke" for fr in _split(op)]
     for b in range(40):
         wm = b * SECOND // 2  # the watermark moves half a second per batch
         kf = KeyFold("p", 1, s) if data is None else KeyFold.from_bytes("p", data, s)
-        kf.timer_ms = timer
         out = kf.batch([frags[b]], None, wm) if b < len(frags) else []
         if kf.timer_ms is not None and kf.timer_ms * 1_000_000 <= wm:
             out += kf.wake(wm)  # Spark removed the fired timer (wake forgets it)
@@ -155,7 +154,8 @@ def _spark_like(ops: list, keep: bool) -> tuple[list[tuple[int, str]], int]:
         new = kf.next_timer_ms(wm)
         new = timer_to_keep(kf.timer_ms, new, wm) if keep else new
         calls += (new != kf.timer_ms) * ((kf.timer_ms is not None) + (new is not None))
-        timer, data = new, kf.to_bytes()
+        kf.timer_ms = new  # as the processor's _save: the timer travels in the state
+        data = kf.to_bytes()
     return found, calls
 
 
