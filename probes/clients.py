@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kmon.probes.config import ConfigError, ProbeConfig
@@ -53,6 +53,44 @@ def consumer_defaults(cfg: ProbeConfig) -> dict[str, Any]:
         "session.timeout.ms": _ms(max(cfg.op_timeout, 6.0)),
         "heartbeat.interval.ms": _ms(max(cfg.op_timeout, 6.0) / 3),
     }
+
+
+def offset_reset(cfg: ProbeConfig) -> str | None:
+    """Where the probe's consumers start a partition nobody committed an offset for:
+    ``"earliest"``, ``"latest"``, or None to let librdkafka apply ``auto.offset.reset`` (e.g.
+    ``error``)."""
+    conf = {**consumer_defaults(cfg), **cfg.client_settings("consumer")}
+    value = str(conf.get("auto.offset.reset", "latest")).lower()  # librdkafka's default
+    if value in ("smallest", "earliest", "beginning"):
+        return "earliest"
+    if value in ("largest", "latest", "end"):
+        return "latest"
+    return None
+
+
+def start_offsets(consumer: Consumer, partitions: list[TopicPartition], reset: str | None,
+                  timeout: float) -> list[TopicPartition]:
+    """``partitions`` with the absolute offsets to assign them at: each one's committed
+    offset, else the log start (``reset`` ``"earliest"``) or end (``"latest"``).
+
+    Assigned without an offset, a partition is positioned by librdkafka's own committed-offset
+    and log-start queries, and those race with a later assign or seek of the same partition
+    (librdkafka 2.16): the answer to a query made for the previous assignment restarts the
+    partition from the log start although an offset is committed, and a log-start query
+    retried on a timer fires after a seek and moves the consumer back. Either rewinds it
+    silently, which the checker rightly reports as a nonmonotonic poll. Given absolute offsets,
+    librdkafka queries nothing. ``committed`` waits out transactions whose offset commits are
+    pending, up to ``timeout``; errors raise ``KafkaException``.
+    """
+    found = consumer.committed(partitions, timeout=timeout)
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        if tp.offset < 0 and reset is not None:
+            lo, hi = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
+                                                    timeout=timeout, cached=False)
+            tp.offset = lo if reset == "earliest" else hi
+    return found
 
 
 def admin_defaults(cfg: ProbeConfig) -> dict[str, Any]:

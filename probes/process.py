@@ -97,6 +97,7 @@ class Process:
         # the keys the last rebalance revoked: see _on_assign.
         self.positions: dict[int, int] = {}
         self.revoked_positions: dict[int, int] = {}
+        self.offset_reset = C.offset_reset(self.cfg)
         self.errors: list[str] = []  # error texts gathered during the current op
         self.broken = False  # a client is in an unknown state: crash after this op
 
@@ -243,20 +244,26 @@ class Process:
         and the assign (it had no owner), and everything below this consumer's position was
         read by it, so resuming skips nothing. The checker exempts the op with the rebalance,
         but takes the op's last read as the position for the next op (see docs/probes.md).
+        Every partition is assigned at an absolute offset (``C.start_offsets``).
         """
         self._rebalanced("assigned", partitions)
         restore = self.revoked_positions if self.cfg.restore_positions else {}
         self.revoked_positions = {}
-        restored = False
+        restored, fresh = [], []
         for tp in partitions:
             k = self.keys.key(tp.topic, tp.partition)
             if k is not None and k in restore:
                 tp.offset = restore[k]
-                restored = True
-            elif k is not None:
+                restored.append(tp)
+            else:
                 self.positions.pop(k, None)
-        if restored:
-            consumer.assign(partitions)  # instead of the automatic assign after this callback
+                fresh.append(tp)
+        if fresh:
+            try:
+                fresh = self._start_offsets(consumer, fresh)
+            except (KafkaException, RuntimeError) as e:
+                self._error(e)  # librdkafka looks the offsets up itself (see start_offsets)
+        consumer.assign(restored + fresh)  # instead of the automatic assign after this callback
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._rebalanced("revoked", partitions)
@@ -338,6 +345,12 @@ class Process:
             if unlogged:
                 self.rebalances.append(Rebalance(kind, unlogged))
 
+    def _start_offsets(self, consumer: Consumer,
+                       partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """``partitions`` at the absolute offsets they start from (``C.start_offsets``)."""
+        return C.start_offsets(consumer, partitions, self.offset_reset,
+                               min(5.0, self.cfg.op_timeout))
+
     def _commit_async(self, reads: dict[int, list[tuple[int, Any]]]) -> None:
         offsets = self._next_offsets({k: rs[-1][0] for k, rs in reads.items() if rs})
         if not offsets or self.consumer is None:
@@ -368,7 +381,8 @@ class Process:
                 old, self.consumer = self.consumer, None
                 C.close_quietly(old, self.cfg.close_timeout)  # callbacks land in this op
                 self.consumer = self._new_consumer(ASSIGN)
-            self.consumer.assign([TopicPartition(*self.keys.topic_partition(k)) for k in keys])
+            tps = [TopicPartition(*self.keys.topic_partition(k)) for k in keys]
+            self.consumer.assign(self._start_offsets(self.consumer, tps))
             self.positions.clear()  # every assigned key restarts from its committed offset
             self.seen_assignment = None  # this op changed it: nothing to compare with
         except (KafkaException, RuntimeError) as e:

@@ -116,6 +116,24 @@ def test_backwards_within_one_poll():
     ]
 
 
+def test_an_assign_exempts_where_the_next_poll_starts_not_a_rewind_after_it():
+    # From healthy probe runs: librdkafka restarted a re-assigned partition from the log start
+    # after its first records (offsets 3, 4 here), silently. The assign exempts the jump to
+    # 3; going back to 0 inside the poll, or in the next one, is still reported.
+    h = history(
+        *WRITES, READ_ALL,
+        (1, "ok", "poll", [poll({1: [(0, "a"), (1, "b")]})]),
+        (1, "ok", "assign", [1]),
+        (1, "ok", "poll", [poll({1: [(3, "d"), (4, "e"), (0, "a"), (1, "b")]})]),
+        (2, "ok", "assign", [1]),
+        (2, "ok", "poll", [poll({1: [(3, "d"), (4, "e")]})]),
+        (2, "ok", "poll", [poll({1: [(0, "a"), (1, "b")]})]),
+    )
+    errs = check(h).errors
+    assert [(e["op"], e["offsets"]) for e in errs["int-nonmonotonic-poll"]] == [(17, [4, 0])]
+    assert [(e["ops"], e["offsets"]) for e in errs["nonmonotonic-poll"]] == [([21, 23], [4, 0])]
+
+
 def test_rebalance_during_op_exempts_its_internal_reads():
     h = history(*WRITES, READ_ALL)
     h.append(op(len(h), 1, "invoke", "poll", [poll()]))

@@ -1,0 +1,117 @@
+"""Where a probe consumer starts a partition, on the real cluster.
+
+librdkafka 2.16 positions a partition assigned without an offset by its own queries, and those
+race with the next assign or seek: re-assigned while a transaction's offset commit keeps the
+committed offset pending, the consumer restarted from the log start, a rewind the checker
+reported as ``nonmonotonic-poll`` in healthy probe runs. The probe now assigns absolute
+offsets (``clients.start_offsets``); these tests pin down that it starts where it should.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from kmon.probes import clients as C
+from kmon.probes import config as probe_config
+from kmon.probes.metrics import ProbeMetrics
+from kmon.probes.process import Process, encode_value
+from kmon.probes.workload import Workload
+
+
+@pytest.fixture
+def workload(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Workload]:
+    tag = uuid.uuid4().hex[:6]
+    cfg = probe_config.load(env={}, overrides={
+        "kafka.bootstrap.servers": kafka_bootstrap, "name": f"start{tag}", "partitions": "1",
+        "live_keys": "1", "events.enabled": "false", "history": str(tmp_path / "h.jsonl"),
+        "metrics.port": "0"})
+    wl = Workload(cfg, ProbeMetrics(), io.StringIO())
+    wl.keyspace.start()
+    yield wl
+    wl.admin.delete_topics(list(wl.keyspace.topics), request_timeout=30)
+
+
+def _fill(bootstrap: str, topic: str, n: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(n):
+        p.produce(topic, value=encode_value(i), partition=0)
+    assert p.flush(30) == 0
+
+
+def _read(proc: Process, key: int, want: int) -> list[int]:
+    offsets: list[int] = []
+    for _ in range(50):
+        reads = proc.poll()
+        assert reads is not None
+        offsets += [off for off, _ in reads.get(key, [])]
+        if len(offsets) >= want:
+            break
+    return offsets
+
+
+def test_a_reassign_while_an_offset_commit_is_pending_starts_at_the_committed_offset(
+    kafka_bootstrap: str, workload: Workload,
+) -> None:
+    key = workload.keyspace.readable_keys()[0]
+    topic, partition = workload.keyspace.topic_partition(key)
+    _fill(kafka_bootstrap, topic, 30)
+    group = f"{workload.cfg.topic_prefix}-assign"  # the group assign-mode consumers use
+    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    committer.commit(offsets=[TopicPartition(topic, partition, 10)], asynchronous=False)
+    # A transaction moves the group's offset to 20; until it commits, 20 is pending.
+    txn = Producer({"bootstrap.servers": kafka_bootstrap,
+                    "transactional.id": f"start-{uuid.uuid4().hex[:6]}"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.send_offsets_to_transaction([TopicPartition(topic, partition, 20)],
+                                    committer.consumer_group_metadata(), 30)
+    timer = threading.Timer(2.0, txn.commit_transaction, args=(30,))
+    timer.start()
+    proc = Process(0, workload, random.Random(0))
+    try:
+        assert proc.assign([key])
+        time.sleep(0.5)  # librdkafka, left to position it, would be retrying its offset query
+        # ... and restart this re-assign from offset 0 (an old query's answer lands on it)
+        assert proc.assign([key])
+        offsets = _read(proc, key, 10)
+    finally:
+        timer.join()
+        proc.close_clients()
+        committer.close()
+    assert offsets[:10] == list(range(20, 30))
+
+
+def test_a_key_nobody_committed_starts_at_the_log_start(
+    kafka_bootstrap: str, workload: Workload,
+) -> None:
+    key = workload.keyspace.readable_keys()[0]
+    topic, _ = workload.keyspace.topic_partition(key)
+    _fill(kafka_bootstrap, topic, 5)
+    proc = Process(0, workload, random.Random(0))
+    try:
+        assert proc.assign([key])
+        assert _read(proc, key, 5) == [0, 1, 2, 3, 4]
+    finally:
+        proc.close_clients()
+
+
+@pytest.mark.parametrize(("setting", "expected"), [
+    (None, "earliest"), ("smallest", "earliest"), ("latest", "latest"), ("END", "latest"),
+    ("error", None),
+])
+def test_offset_reset_follows_the_consumer_setting(setting: str | None,
+                                                   expected: str | None) -> None:
+    overrides = {"kafka.bootstrap.servers": "127.0.0.1:1"}
+    if setting is not None:
+        overrides["consumer.auto.offset.reset"] = setting
+    cfg = probe_config.load(env={}, overrides=overrides)
+    assert C.offset_reset(cfg) == expected
