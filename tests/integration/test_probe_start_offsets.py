@@ -40,11 +40,15 @@ def workload(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Workload]:
     wl.admin.delete_topics(list(wl.keyspace.topics), request_timeout=30)
 
 
-def _fill(bootstrap: str, topic: str, n: int) -> None:
+def _filled_key(bootstrap: str, workload: Workload, n: int) -> tuple[int, str, int]:
+    """The probe's one key with ``n`` records written to it: key, topic, partition."""
+    key = workload.keyspace.readable_keys()[0]
+    topic, partition = workload.keyspace.topic_partition(key)
     p = Producer({"bootstrap.servers": bootstrap})
     for i in range(n):
-        p.produce(topic, value=encode_value(i), partition=0)
+        p.produce(topic, value=encode_value(i), partition=partition)
     assert p.flush(30) == 0
+    return key, topic, partition
 
 
 def _read(proc: Process, key: int, want: int) -> list[int]:
@@ -61,9 +65,7 @@ def _read(proc: Process, key: int, want: int) -> list[int]:
 def test_a_reassign_while_an_offset_commit_is_pending_starts_at_the_committed_offset(
     kafka_bootstrap: str, workload: Workload,
 ) -> None:
-    key = workload.keyspace.readable_keys()[0]
-    topic, partition = workload.keyspace.topic_partition(key)
-    _fill(kafka_bootstrap, topic, 30)
+    key, topic, partition = _filled_key(kafka_bootstrap, workload, 30)
     group = f"{workload.cfg.topic_prefix}-assign"  # the group assign-mode consumers use
     committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
     committer.commit(offsets=[TopicPartition(topic, partition, 10)], asynchronous=False)
@@ -93,9 +95,7 @@ def test_a_reassign_while_an_offset_commit_is_pending_starts_at_the_committed_of
 def test_a_key_nobody_committed_starts_at_the_log_start(
     kafka_bootstrap: str, workload: Workload,
 ) -> None:
-    key = workload.keyspace.readable_keys()[0]
-    topic, _ = workload.keyspace.topic_partition(key)
-    _fill(kafka_bootstrap, topic, 5)
+    key, _, _ = _filled_key(kafka_bootstrap, workload, 5)
     proc = Process(0, workload, random.Random(0))
     try:
         assert proc.assign([key])
