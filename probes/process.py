@@ -98,6 +98,8 @@ class Process:
         self.positions: dict[int, int] = {}
         self.revoked_positions: dict[int, int] = {}
         self.offset_reset = C.offset_reset(self.cfg)
+        # Where the last assign op started each (topic, partition): see catch_up.
+        self.assign_starts: dict[tuple[str, int], int] = {}
         self.errors: list[str] = []  # error texts gathered during the current op
         self.broken = False  # a client is in an unknown state: crash after this op
 
@@ -166,6 +168,7 @@ class Process:
         self.epochs.clear()
         self.positions.clear()
         self.revoked_positions.clear()
+        self.assign_starts = {}
 
     def respawn(self) -> None:
         """New clients under a fresh process id (after a crash or an info completion)."""
@@ -381,8 +384,10 @@ class Process:
                 old, self.consumer = self.consumer, None
                 C.close_quietly(old, self.cfg.close_timeout)  # callbacks land in this op
                 self.consumer = self._new_consumer(ASSIGN)
-            tps = [TopicPartition(*self.keys.topic_partition(k)) for k in keys]
-            self.consumer.assign(self._start_offsets(self.consumer, tps))
+            tps = self._start_offsets(
+                self.consumer, [TopicPartition(*self.keys.topic_partition(k)) for k in keys])
+            self.consumer.assign(tps)
+            self.assign_starts = {(tp.topic, tp.partition): tp.offset for tp in tps}
             self.positions.clear()  # every assigned key restarts from its committed offset
             self.seen_assignment = None  # this op changed it: nothing to compare with
         except (KafkaException, RuntimeError) as e:
@@ -610,15 +615,9 @@ class Process:
                     ends[k] = hi
             except (KafkaException, RuntimeError) as e:
                 self.wl.count_error(e)
-        # Where each key starts: its committed offset (a key with nothing left to read never
-        # gets a position of its own).
-        start: dict[tuple[str, int], int] = {}
-        try:
-            tps = [TopicPartition(*self.keys.topic_partition(k)) for k in ends]
-            for tp in self.consumer.committed(tps, timeout=min(5.0, self.cfg.op_timeout)):
-                start[(tp.topic, tp.partition)] = tp.offset
-        except (KafkaException, RuntimeError) as e:
-            self.wl.count_error(e)
+        # Where each key started (a key with nothing left to read never gets a position of its
+        # own): the offsets the assign op looked up.
+        start = self.assign_starts
         polls = 0
         while time.monotonic() < deadline and not stop() and self.consumer is not None:
             reads = self.poll()
