@@ -55,12 +55,17 @@ def consumer_defaults(cfg: ProbeConfig) -> dict[str, Any]:
     }
 
 
+def _consumer_settings(cfg: ProbeConfig) -> dict[str, Any]:
+    """The probe's consumer defaults under the user's ``consumer`` settings."""
+    return {**consumer_defaults(cfg), **cfg.client_settings("consumer")}
+
+
 def offset_reset(cfg: ProbeConfig) -> str | None:
     """Where the probe's consumers start a partition nobody committed an offset for:
     ``"earliest"``, ``"latest"``, or None to let librdkafka apply ``auto.offset.reset`` (e.g.
     ``error``)."""
-    conf = {**consumer_defaults(cfg), **cfg.client_settings("consumer")}
-    value = str(conf.get("auto.offset.reset", "latest")).lower()  # librdkafka's default
+    # "latest" when unset: librdkafka's default
+    value = str(_consumer_settings(cfg).get("auto.offset.reset", "latest")).lower()
     if value in ("smallest", "earliest", "beginning"):
         return "earliest"
     if value in ("largest", "latest", "end"):
@@ -123,7 +128,7 @@ def consumer_config(
     cfg: ProbeConfig, client_id: str, group_id: str,
     error_cb: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
-    conf = {**consumer_defaults(cfg), **cfg.client_settings("consumer")}
+    conf = _consumer_settings(cfg)
     conf["client.id"] = client_id
     conf["group.id"] = group_id
     conf.update(_logging(error_cb))
