@@ -15,7 +15,7 @@ events at a few tens of thousands per second per core, Spark's ``from_avro`` man
    ``frames``). Invokes (the fold learns nothing from them) and crash ops yield no row.
 
 Keys and values are Avro unions of long and string; a column pair carries them (the long, or 0,
-and the string, or null). A read's string array is null unless some value in it is a string,
+and the string, or null). A read's string arrays are empty unless some value in it is a string,
 so the common all-int case costs one primitive array. Unknown send offsets are -1.
 
 Every expression here is lambda-free (array-of-struct field extraction, ``arrays_zip`` and
@@ -63,14 +63,15 @@ PART_COLUMNS = (
     "idx", "proc", "type", "f", "t", "it",  # op index, process, type, f, time, invoke time
     "pos", "kind",  # position of the part in the op; SEND / READ / ... (below)
     "sv", "ss", "so",  # send: value as long (or 0), as string (or null), offset (-1: unknown)
-    "r_off", "r_val", "r_str", "r_vs",  # read: offsets, values as longs; or, when some are
-    #                                     strings: null, the strings, the longs as text
+    "r_off", "r_val", "r_str", "r_vs",  # read: offsets, values as longs, and two empty arrays;
+    #                            or, when some are strings: null, the strings, the longs as text
     "nw",  # values the whole op wrote (ops writing two or more are checked for atomicity)
     "topic", "part",  # the key's placement, if the event carried one
     "dl_raw", "dl_src",  # dead letters: the raw value and topic:partition:offset
 )
 
 _KEY = "STRUCT<member0: BIGINT, member1: STRING>"
+_NO_STRINGS = "CAST(array() AS ARRAY<STRING>)"
 _READS = f"ARRAY<STRUCT<key: {_KEY}, records: ARRAY<STRUCT<offset: BIGINT, value: {_KEY}>>>>"
 # One part before the per-key explode of polls: kind, key, value, offset, reads (a poll's
 # per-key records; exploded next).
@@ -267,8 +268,11 @@ def fragments(dec: DataFrame | Sequence[DataFrame], watermark_delay: str | None 
         # A null inside an int array would make it floats in pandas: when strings are among
         # the values, the longs come as text in r_vs instead (rare, exact).
         F.expr(f"IF({strings}, NULL, x.records.value.member0)").alias("r_val"),
-        F.expr(f"IF({strings}, {rstr}, NULL)").alias("r_str"),
-        F.expr(f"IF({strings}, CAST(x.records.value.member0 AS ARRAY<STRING>), NULL)")
+        # Empty, not null, when there are no strings: Spark's Arrow writer (mapInArrow, next)
+        # takes microseconds per null string array and more the larger the batch, several
+        # times the rest of the decode stage; an empty array costs nothing there.
+        F.expr(f"IF({strings}, {rstr}, {_NO_STRINGS})").alias("r_str"),
+        F.expr(f"IF({strings}, CAST(x.records.value.member0 AS ARRAY<STRING>), {_NO_STRINGS})")
         .alias("r_vs"),
         "nw",
         F.expr(f"IF({ppos} > 0, try_element_at(pl_topic, {ppos}), NULL)").alias("topic"),
