@@ -193,10 +193,14 @@ def _live_producer(boot: str, topic: str, rate: int, seconds: float, inject_ever
 
     from kmon.history import avro
     from kmon.history.model import KeyPlacement, Op, OpMeta
+    from kmon.probes import clients, config
     from kmon.streaming import replay
     from kmon.synth import SynthConfig, healthy
 
-    p = Producer({"bootstrap.servers": boot, "linger.ms": 0})  # the deciding event goes now
+    # Produced as a probe produces its op events (batched for up to 20 ms, lz4): the latency
+    # measured includes that wait, and the brokers sharing these cores do a probe's work per
+    # event, not a request per event.
+    p = Producer(clients.events_producer_config(config.build({"kafka.bootstrap.servers": boot})))
     hdr = avro.kafka_headers()
     # Enough events for a slow warm-up (the queries' first batches) and the measured run.
     ops = replay.with_placements(healthy(int(rate * (seconds + 300)), SynthConfig()),
@@ -204,12 +208,14 @@ def _live_producer(boot: str, topic: str, rate: int, seconds: float, inject_ever
     invoked: dict[Any, int] = {}
     start = time.monotonic()
     next_inject = end = None
+    cpu0 = time.process_time()
     n = 0
     place = {"dup": KeyPlacement("bench-latency", 0)}
     for sent, op in enumerate(ops):
         now_m = time.monotonic()
         if next_inject is None and warm.is_set():
             next_inject, end = now_m, now_m + seconds
+            cpu0 = time.process_time()
         if end is not None and now_m > end:
             break
         target = start + sent / rate
@@ -240,6 +246,7 @@ def _live_producer(boot: str, topic: str, rate: int, seconds: float, inject_ever
             out.put(time.time())  # the deciding event (the poll) is produced
             n += 1
     p.flush(30)
+    out.put(("cpu", time.process_time() - cpu0))
     out.put(None)
 
 
@@ -261,6 +268,7 @@ def latency(spark: Any, boot: str, root: Path, rate: int, seconds: float,
     produced: list[float] = []
     detected: list[float] = []
     finished = False
+    cpu = "not measured"
     key = ("duplicate", "bench-latency", "0")
     keys = m.queries["keys"]
     # A monitor runs for days: measure it warm, after its queries' first (planning-heavy,
@@ -271,12 +279,15 @@ def latency(spark: Any, boot: str, root: Path, rate: int, seconds: float,
     warm_from = max((p["batchId"] for p in keys.recentProgress), default=-1)
     warm.set()
     say(f"  warm after {_busy_batches(keys)} batches; injecting for {seconds:.0f} s ({load()})")
+    cpu0, t0 = cpu_snapshot(), time.monotonic()
     deadline = time.monotonic() + seconds + 120
     while time.monotonic() < deadline:
         while not q.empty():
             x = q.get()
             if x is None:
                 finished = True
+            elif isinstance(x, tuple):  # production ended: the cores' window ends too
+                cpu = cpu_split(cpu0, cpu_snapshot(), time.monotonic() - t0, prod.pid, x[1])
             else:
                 produced.append(x)
         count = m.metrics.anomalies.get(key, 0)
@@ -294,15 +305,66 @@ def latency(spark: Any, boot: str, root: Path, rate: int, seconds: float,
     phases = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress) / 1000
               for k in (progress[-1]["durationMs"] if progress else {})}
     rows = statistics.median(p["numInputRows"] for p in progress) if progress else 0
-    say(f"  stage 1 at 5k/s: median {rows:,.0f} events/batch; median seconds per phase: "
+    say(f"  stage 1 at {rate:,}/s: median {rows:,.0f} events/batch; median seconds per phase: "
         + ", ".join(f"{k} {v:.2f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])))
     m.stop()
     lat = sorted(d - p for p, d in zip(produced, detected, strict=False))
     say(f"  {len(lat)} of {len(produced)} injected anomalies detected ({load()})")
-    return {"latencies": lat, "hist": hist, "batches": batches}
+    say(f"  cores used while events were produced: {cpu}")
+    return {"latencies": lat, "hist": hist, "batches": batches, "cpu": cpu}
 
 
 WARM_BATCHES = 5
+
+
+# -- where the cores went ------------------------------------------------------------------------
+
+def cpu_snapshot() -> dict[int, tuple[float, int, str]]:
+    """Every process's CPU seconds so far, parent pid and command line (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # it exited
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        out[int(d.name)] = ((int(fields[11]) + int(fields[12])) / tick, int(fields[1]), cmd)
+    return out
+
+
+def cpu_split(before: dict, after: dict, seconds: float, producer: int | None,
+              producer_cpu: float) -> str:
+    """Cores each part used between two snapshots: the monitor's JVM (the bench's child) and
+    its Python workers (the JVM's descendants), the brokers, the rest; the event producer
+    measures its own (``producer_cpu``: it may have exited before the second snapshot)."""
+    me = os.getpid()
+    jvm = {pid for pid, (_, ppid, cmd) in after.items() if ppid == me and "java" in cmd}
+    parent = {pid: ppid for pid, (_, ppid, _) in after.items()}
+
+    def part(pid: int) -> str:
+        if pid in jvm:
+            return "monitor JVM"
+        if after[pid][2].find("kafka.Kafka") >= 0:
+            return "brokers"
+        if pid == producer:
+            return "producer"  # counted by itself
+        p = parent.get(pid)
+        while p:
+            if p in jvm:
+                return "monitor Python workers"
+            p = parent.get(p)
+        return "bench and other"
+
+    used: dict[str, float] = {"producer": producer_cpu}
+    for pid, (cpu, _, _) in after.items():
+        if (name := part(pid)) != "producer":
+            used[name] = used.get(name, 0.0) + cpu - before.get(pid, (0.0, 0, ""))[0]
+    busiest = sorted(used.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {cpu / seconds:.2f}" for name, cpu in busiest)
 
 
 def _busy_batches(query: Any) -> int:
@@ -328,6 +390,8 @@ def main() -> int:
     ap.add_argument("--ladder", default="2500,5000,10000,50000,200000")
     ap.add_argument("--batches", type=int, default=6)
     ap.add_argument("--latency-seconds", type=float, default=75)
+    # 5k/s is the target's rate; 500/s is a fleet of probes (one probe sends about 50/s).
+    ap.add_argument("--latency-rates", default="500,5000")
     ap.add_argument("--trigger", default="1s", help="trigger of the latency run")
     ap.add_argument("--skip-ceiling", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
@@ -350,7 +414,8 @@ def main() -> int:
         if not args.skip_throughput:
             thr = throughput(spark, boot, root, [int(x) for x in args.ladder.split(",")],
                              args.batches, args.events, args.event_rate)
-        lat = latency(spark, boot, root, 5_000, args.latency_seconds, args.trigger)
+        lats = {rate: latency(spark, boot, root, rate, args.latency_seconds, args.trigger)
+                for rate in (int(x) for x in args.latency_rates.split(","))}
     finally:
         spark.stop()
         if cluster is not None and os.environ.get("KMON_KEEP_CLUSTER") != "1":
@@ -376,12 +441,14 @@ def main() -> int:
         say(f"state per key after {thr['consumed']:,} events: median {statistics.median(sb):,.0f}"
             f" B, max {max(sb):,} B over {len(sb)} keys (RocksDB: {thr['rocksdb'][0]} rows,"
             f" {thr['rocksdb'][1]:,} B)")
-    lats = lat["latencies"]
-    say(f"detection latency at 5,000 events/s (trigger {args.trigger}), deciding event produced"
-        f" -> metric changed: p50 {pct(lats, 50):.2f} s, p99 {pct(lats, 99):.2f} s,"
-        f" max {max(lats, default=float('nan')):.2f} s over {len(lats)} anomalies")
-    if lat["batches"]:
-        say(f"  micro-batches at 5k/s: median {statistics.median(lat['batches']):.2f} s")
+    for rate, lat in lats.items():
+        ls = lat["latencies"]
+        say(f"detection latency at {rate:,} events/s (trigger {args.trigger}), deciding event"
+            f" produced -> metric changed: p50 {pct(ls, 50):.2f} s, p99 {pct(ls, 99):.2f} s,"
+            f" max {max(ls, default=float('nan')):.2f} s over {len(ls)} anomalies")
+        if lat["batches"]:
+            say(f"  micro-batches at {rate:,}/s: median {statistics.median(lat['batches']):.2f} s"
+                f"; CPU while measured: {lat['cpu']}")
     return 0
 
 
