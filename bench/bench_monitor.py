@@ -342,14 +342,14 @@ def cpu_split(before: dict, after: dict, seconds: float, producer: int | None,
     its Python workers (the JVM's descendants), the brokers, the rest; the event producer
     measures its own (``producer_cpu``: it may have exited before the second snapshot)."""
     me = os.getpid()
-    jvm = {pid for pid, (_, ppid, cmd) in after.items() if ppid == me and "java" in cmd}
+    jvm = {pid for pid, (_, ppid, cmd) in after.items() if ppid == me and "SparkSubmit" in cmd}
     parent = {pid: ppid for pid, (_, ppid, _) in after.items()}
 
     def part(pid: int) -> str:
+        if "kafka.Kafka" in after[pid][2]:  # the bench may have started them itself
+            return "brokers"
         if pid in jvm:
             return "monitor JVM"
-        if after[pid][2].find("kafka.Kafka") >= 0:
-            return "brokers"
         if pid == producer:
             return "producer"  # counted by itself
         p = parent.get(pid)
