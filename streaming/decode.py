@@ -269,8 +269,8 @@ def fragments(dec: DataFrame | Sequence[DataFrame], watermark_delay: str | None 
         # the values, the longs come as text in r_vs instead (rare, exact).
         F.expr(f"IF({strings}, NULL, x.records.value.member0)").alias("r_val"),
         # Empty, not null, when there are no strings: Spark's Arrow writer (mapInArrow, next)
-        # takes microseconds per null string array and more the larger the batch, several
-        # times the rest of the decode stage; an empty array costs nothing there.
+        # takes about 14 us per null string array, more in larger batches (two such columns
+        # cost twice from_avro and the explode together); an empty array costs next to nothing.
         F.expr(f"IF({strings}, {rstr}, {_NO_STRINGS})").alias("r_str"),
         F.expr(f"IF({strings}, CAST(x.records.value.member0 AS ARRAY<STRING>), {_NO_STRINGS})")
         .alias("r_vs"),
