@@ -7,23 +7,23 @@ alert name's suffix and the runbook anchor are these strings.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-INCONSISTENT_OFFSETS = "inconsistent-offsets"
-DUPLICATE = "duplicate"
-LOST_WRITE = "lost-write"
-G1A = "G1a"
-PRECOMMITTED_READ = "precommitted-read"
-POLL_SKIP = "poll-skip"
-NONMONOTONIC_POLL = "nonmonotonic-poll"
-NONMONOTONIC_SEND = "nonmonotonic-send"
-INT_POLL_SKIP = "int-poll-skip"
-INT_NONMONOTONIC_POLL = "int-nonmonotonic-poll"
-INT_SEND_SKIP = "int-send-skip"
-INT_NONMONOTONIC_SEND = "int-nonmonotonic-send"
-G0 = "G0"
-G1C = "G1c"
-TORN_TRANSACTION = "torn-transaction"
+INCONSISTENT_OFFSETS: Final = "inconsistent-offsets"
+DUPLICATE: Final = "duplicate"
+LOST_WRITE: Final = "lost-write"
+G1A: Final = "G1a"
+PRECOMMITTED_READ: Final = "precommitted-read"
+POLL_SKIP: Final = "poll-skip"
+NONMONOTONIC_POLL: Final = "nonmonotonic-poll"
+NONMONOTONIC_SEND: Final = "nonmonotonic-send"
+INT_POLL_SKIP: Final = "int-poll-skip"
+INT_NONMONOTONIC_POLL: Final = "int-nonmonotonic-poll"
+INT_SEND_SKIP: Final = "int-send-skip"
+INT_NONMONOTONIC_SEND: Final = "int-nonmonotonic-send"
+G0: Final = "G0"
+G1C: Final = "G1c"
+TORN_TRANSACTION: Final = "torn-transaction"
 
 ANOMALY_TYPES: tuple[str, ...] = (
     INCONSISTENT_OFFSETS,
@@ -44,7 +44,7 @@ ANOMALY_TYPES: tuple[str, ...] = (
 )
 
 # Not errors, but verdicts the online monitor also emits as evidence.
-UNSEEN = "unseen"
+UNSEEN: Final = "unseen"
 
 
 @dataclass(slots=True)

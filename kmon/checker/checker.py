@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from kmon.checker import fold, realtime_lag
 from kmon.checker.cycles import Graph, add_edge, find_cycles
@@ -23,7 +23,7 @@ from kmon.checker.unseen import unseen_values
 from kmon.checker.values import EMPTY
 from kmon.history.model import MOP_FS, OP_FS, Op, is_clock_tick
 
-_OP_FS = frozenset(OP_FS)
+_OP_FS: Final = frozenset(OP_FS)
 
 
 @dataclass(frozen=True, slots=True)

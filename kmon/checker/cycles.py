@@ -137,10 +137,10 @@ def find_cycles(g: Graph) -> list[Anomaly]:
     for comp in sccs(g):
         members = set(comp)
         for a in comp:
-            b = next((w for w, es in g[a].items() if w in members and "wr" in es), None)
-            if b is None:
+            target = next((w for w, es in g[a].items() if w in members and "wr" in es), None)
+            if target is None:
                 continue
-            back = _path(g, members, b, a)
+            back = _path(g, members, target, a)
             if back is not None:
                 found.append(Anomaly(G1C, _record(g, [a, *back], "wr")))
                 break

@@ -13,6 +13,7 @@ different processes may interleave arbitrarily.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from kmon.checker import aborted_read, lost_write, poll_skip, realtime_lag, send_order, unseen
 from kmon.checker.fragment import Fragment
@@ -77,8 +78,8 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
             realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, p, sink)
 
 
-_DIRECT_MIN = -(1 << 62)
-_DIRECT_END = 1 << 62
+_DIRECT_MIN: Final = -(1 << 62)
+_DIRECT_END: Final = 1 << 62
 
 
 def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
@@ -90,8 +91,8 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     val, flg, atime, ctime = st.val, st.flg, st.atime, st.ctime  # mutated in place, never replaced
     u = 0  # t in atime units, computed when first needed (the first call fixes a compact tbase)
     placed = []
-    for v, off in fr.sends:
-        c = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
+    for v, off in fr.sends or ():
+        c: int = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
         if off is not None and ok:
             i = off - st.base
             if i >= len(flg) and st.base >= 0 and t > 0:
@@ -136,7 +137,8 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
         pp.send_op = op
 
 
-_NEEDS_JUDGING = W_FAIL | MULTI  # reads of these writers' values may be G1a or atomicity facts
+# Reads of these writers' values may be G1a or atomicity facts.
+_NEEDS_JUDGING: Final = W_FAIL | MULTI
 
 
 def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
@@ -157,7 +159,7 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     prev_off = prev_v = None
     hi = -1
     for off, v in reads:
-        c = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
+        c: int = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
         i = off - st.base
         f = flg[i] if 0 <= i < len(flg) and val[i] == c else 0
         if f & OCCUPIED and f & W_ANY and not f & _NEEDS_JUDGING:

@@ -9,7 +9,7 @@ writing two or more values are checked for atomicity by the transaction stage).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from kmon.history.model import Op
 
@@ -39,8 +39,8 @@ class Fragment:
         f: str,
         time: int,
         invoke_time: int,
-        sends: list | None = None,
-        reads: list | None = None,
+        sends: list[tuple[Any, int | None]] | None = None,
+        reads: list[tuple[int, Any]] | None = None,
         assigned: bool = False,
         rebalanced: bool = False,
         n_writes: int = 0,
@@ -69,7 +69,7 @@ class Fragment:
         )
 
 
-_MOP_FS = frozenset(("send", "poll", "txn"))
+_MOP_FS: Final = frozenset(("send", "poll", "txn"))
 
 
 def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:

@@ -23,6 +23,8 @@ went past the value).
 
 from __future__ import annotations
 
+from typing import Final
+
 from kmon.checker.anomaly import LOST_WRITE
 from kmon.checker.sink import Sink, TxnFact
 from kmon.checker.state import (
@@ -41,7 +43,7 @@ from kmon.checker.state import (
     KeyState,
 )
 
-_DONE = READ_OK | CAND | DECIDED
+_DONE: Final = READ_OK | CAND | DECIDED
 
 
 def _matters(f: int) -> bool:

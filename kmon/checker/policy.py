@@ -6,6 +6,8 @@ configured consumer isolation level. Each exemption says why.
 
 from __future__ import annotations
 
+from typing import Final
+
 from kmon.checker.anomaly import G0, G1A, G1C, INT_SEND_SKIP, UNSEEN
 
 # Allowed whatever the isolation level.
@@ -36,9 +38,9 @@ WW_DEPS_ALLOWED: dict[str, str] = {
 
 # Never allowed, though not an anomaly record: acknowledged values that no committed poll ever
 # returned cannot be shown safe (Jepsen treats them the same way).
-NOT_ALLOWED = {UNSEEN: "acknowledged values never consumed: their fate is unknown"}
+NOT_ALLOWED: Final = {UNSEEN: "acknowledged values never consumed: their fate is unknown"}
 
-ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+ISOLATION_LEVELS: Final = ("read_committed", "read_uncommitted")
 
 
 def allowed_anomalies(isolation: str = "read_committed", ww_deps: bool = False) -> dict[str, str]:

@@ -27,7 +27,7 @@ distance from the first read to the second (1 = adjacent).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from kmon.checker.anomaly import (
     INT_NONMONOTONIC_POLL,
@@ -39,7 +39,7 @@ from kmon.checker.anomaly import (
 from kmon.checker.sink import Sink
 from kmon.checker.state import GAP, GAP_INT, GAP_SEND, OCCUPIED, VER, KeyState
 
-_GAP_BITS = GAP | GAP_SEND | GAP_INT
+_GAP_BITS: Final = GAP | GAP_SEND | GAP_INT
 
 
 def crossing(

@@ -94,7 +94,7 @@ def _merge(old: dict[str, Any], new: dict[str, Any], type: str) -> None:
         old["values"] = _union(old["values"], new["values"])
 
 
-def _order(type: str, r: dict[str, Any]) -> tuple:
+def _order(r: dict[str, Any]) -> tuple:
     first_op = r.get("op", r.get("writer", (r.get("ops") or r.get("cycle") or [0])[0]))
     return (_sort_token(r.get("key")), r.get("offset", -1) if r.get("offset") is not None
             else -1, first_op if isinstance(first_op, int) else -1)
@@ -118,7 +118,7 @@ def merge_anomalies(anomalies: Iterable[Anomaly]) -> dict[str, list[dict[str, An
         by_type.setdefault(a.type, []).append(rec)
     rank = {t: n for n, t in enumerate(ANOMALY_TYPES)}
     return {
-        t: sorted(recs, key=lambda r, t=t: _order(t, r))
+        t: sorted(recs, key=_order)
         for t, recs in sorted(by_type.items(), key=lambda kv: rank.get(kv[0], len(rank)))
     }
 

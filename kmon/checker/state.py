@@ -33,53 +33,51 @@ import itertools
 import pickle
 import sys
 from array import array
-from typing import Any
+from typing import Any, Final
 
 from kmon.checker.values import EMPTY, decode, encode
 
-INF = (1 << 63) - 1
+INF: Final = (1 << 63) - 1
 
 # Slot and loose-record flags.
-VER = 1 << 0  # in the version order: a poll read it here, or an ok send reported this offset
-READ = 1 << 1  # some poll read this value (any outcome)
-SENT = 1 << 2  # a send completion reported this offset for this value
-W_OK = 1 << 3  # the writer's completion: ok ...
-W_INFO = 1 << 4  # ... info ...
-W_FAIL = 1 << 5  # ... or fail (none of the three: not known yet)
-MULTI = 1 << 6  # the writer op wrote two or more values: the transaction stage checks atomicity
-GAP = 1 << 7  # empty slot some op read or sent across; the crossing is kept in the slot
-GAP_SEND = 1 << 8  # ... and it was between two sends of one op
-CAND = 1 << 9  # an absence verdict (lost-write / invisible write) is pending for this slot
-DECIDED = 1 << 10  # that verdict, or an unseen verdict, was emitted
-VISIBLE_DONE = 1 << 12  # a visible fact was already sent for this value
-UNSEEN_DONE = 1 << 13  # an unseen verdict was already emitted for this value
-GAP_INT = 1 << 14  # the crossing was within one op: ``val`` holds the offset it started from
-READ_OK = 1 << 15  # an ok op read this value: it was consumed (what lost-write and unseen ask)
+VER: Final = 1 << 0  # in the version order: a poll read it here, or an ok send reported this offset
+READ: Final = 1 << 1  # some poll read this value (any outcome)
+SENT: Final = 1 << 2  # a send completion reported this offset for this value
+W_OK: Final = 1 << 3  # the writer's completion: ok ...
+W_INFO: Final = 1 << 4  # ... info ...
+W_FAIL: Final = 1 << 5  # ... or fail (none of the three: not known yet)
+MULTI: Final = 1 << 6  # the writer op wrote two or more values: the txn stage checks atomicity
+GAP: Final = 1 << 7  # empty slot some op read or sent across; the crossing is kept in the slot
+GAP_SEND: Final = 1 << 8  # ... and it was between two sends of one op
+CAND: Final = 1 << 9  # an absence verdict (lost-write / invisible write) is pending for this slot
+DECIDED: Final = 1 << 10  # that verdict, or an unseen verdict, was emitted
+VISIBLE_DONE: Final = 1 << 12  # a visible fact was already sent for this value
+UNSEEN_DONE: Final = 1 << 13  # an unseen verdict was already emitted for this value
+GAP_INT: Final = 1 << 14  # the crossing was within one op: ``val`` holds the offset it started from
+READ_OK: Final = 1 << 15  # an ok op read this value: consumed (what lost-write and unseen ask)
 
-W_ANY = W_OK | W_INFO | W_FAIL
-OCCUPIED = VER | SENT
-OUTCOME_FLAG = {"ok": W_OK, "info": W_INFO, "fail": W_FAIL}
-FLAG_OUTCOME = {W_OK: "ok", W_INFO: "info", W_FAIL: "fail", 0: "unknown"}
+W_ANY: Final = W_OK | W_INFO | W_FAIL
+OCCUPIED: Final = VER | SENT
+OUTCOME_FLAG: Final = {"ok": W_OK, "info": W_INFO, "fail": W_FAIL}
+FLAG_OUTCOME: Final = {W_OK: "ok", W_INFO: "info", W_FAIL: "fail", 0: "unknown"}
 
-CHUNK_BITS = 8
-CHUNK = 1 << CHUNK_BITS
-BLOCK_BITS = 4
-_GROW_BELOW_LIMIT = 1 << 20  # how far below base a young key may still grow
+CHUNK_BITS: Final = 8
+CHUNK: Final = 1 << CHUNK_BITS
+BLOCK_BITS: Final = 4
+_GROW_BELOW_LIMIT: Final = 1 << 20  # how far below base a young key may still grow
+
+
+# ProcPos's fields, named once for its slots and its serialized form (compiled classes do not
+# expose ``__slots__``).
+_PROC_FIELDS: Final = (
+    "lag_pos", "poll_off", "poll_op", "poll_val", "send_off", "send_op", "send_val", "time"
+)
 
 
 class ProcPos:
     """One process's position on one key: its last ok poll and send, for order checks."""
 
-    __slots__ = (
-        "lag_pos",
-        "poll_off",
-        "poll_op",
-        "poll_val",
-        "send_off",
-        "send_op",
-        "send_val",
-        "time",
-    )
+    __slots__ = _PROC_FIELDS
 
     def __init__(self) -> None:
         self.poll_off: int | None = None  # None: no position (never polled, or reset)
@@ -92,32 +90,32 @@ class ProcPos:
         self.time = 0
 
 
-_NO_WRITER = {"i": -(1 << 31), "q": -(1 << 63)}
-_MAX_UNITS = {"i": (1 << 31) - 1, "q": (1 << 63) - 1}
-_NO_SLOT = {"H": 0xFFFF, "i": -1}
-MS = 1_000_000
-HOUR = 3600 * 1_000_000_000
+_NO_WRITER: Final = {"i": -(1 << 31), "q": -(1 << 63)}
+_MAX_UNITS: Final = {"i": (1 << 31) - 1, "q": (1 << 63) - 1}
+_NO_SLOT: Final = {"H": 0xFFFF, "i": -1}
+MS: Final = 1_000_000
+HOUR: Final = 3600 * 1_000_000_000
 
 
-def _empty(typecode: str, n: int, fill: int) -> array:
+def _empty(typecode: str, n: int, fill: int) -> array[int]:
     return array(typecode, [fill]) * n
 
 
 @functools.lru_cache(maxsize=64)
-def _filler(typecode: str, n: int, fill: int) -> array:
+def _filler(typecode: str, n: int, fill: int) -> array[int]:
     """A shared run of ``fill`` to extend arrays with (copied by extend: never mutate it)."""
     return _empty(typecode, n, fill)
 
 
 # Byte value -> 1 if it has an OCCUPIED bit (both live in a flag's low byte), else 0.
-_OCCUPIED_BYTE = bytes(1 if b & OCCUPIED else 0 for b in range(256))
+_OCCUPIED_BYTE: Final = bytes(1 if b & OCCUPIED else 0 for b in range(256))
 assert OCCUPIED < 256
-_LOW_BYTES = slice(0, None, 2) if sys.byteorder == "little" else slice(1, None, 2)
+_LOW_BYTE: Final = 0 if sys.byteorder == "little" else 1  # of each 16-bit flag
 
 
-def _occupied(flg: array) -> itertools.compress:
+def _occupied(flg: array[int]) -> itertools.compress[int]:
     """Slot numbers whose flags have an OCCUPIED bit, found in C rather than a Python loop."""
-    mask = flg.tobytes()[_LOW_BYTES].translate(_OCCUPIED_BYTE)
+    mask = flg.tobytes()[_LOW_BYTE::2].translate(_OCCUPIED_BYTE)
     return itertools.compress(range(len(flg)), mask)
 
 
@@ -159,17 +157,19 @@ class KeyState:
         self.key = key
         self.base = -1  # offset of slot 0; -1 until the first offset is seen
         self.compacted = False
-        self.val = array("q")
-        self.flg = array("H")
-        self.wref = array("i")  # writer op - obase; _NO_WRITER: unknown
+        self.val: array[int] = array("q")
+        self.flg: array[int] = array("H")
+        self.wref: array[int] = array("i")  # writer op - obase; _NO_WRITER: unknown
         self.obase: int | None = None
-        self.atime = array("i" if compact else "q")  # ack time in units; 0: none
+        self.atime: array[int] = array("i" if compact else "q")  # ack time in units; 0: none
         self.tunit = MS if compact else 1
         self.tbase: int | None = None
-        self.ctime = array("q")  # per chunk: latest event time that touched it
-        self.amin = array("q")  # per chunk: earliest ack (in atime units) in it (INF: none)
-        self.bmin = array("q")  # per block of 16: the same, so lag queries scan little
-        self.index = _empty("H", 16, _NO_SLOT["H"])  # open addressing: code -> offset - ibase
+        self.ctime: array[int] = array("q")  # per chunk: latest event time that touched it
+        # per chunk: earliest ack (in atime units) in it (INF: none)
+        self.amin: array[int] = array("q")
+        self.bmin: array[int] = array("q")  # per block of 16: the same, so lag queries scan little
+        # open addressing: code -> offset - ibase
+        self.index: array[int] = _empty("H", 16, _NO_SLOT["H"])
         self.ibase = 0
         self.iused = 0
         self.vals: dict[int, Any] = {}  # code -> original value, for non-int values
@@ -288,7 +288,8 @@ class KeyState:
 
     def writer(self, i: int) -> int:
         w = self.wref[i]
-        return -1 if w == _NO_WRITER[self.wref.typecode] else w + self.obase
+        obase = self.obase
+        return -1 if obase is None or w == _NO_WRITER[self.wref.typecode] else w + obase
 
     def set_writer(self, i: int, op: int) -> None:
         obase = self.obase
@@ -471,7 +472,7 @@ class KeyState:
     def to_bytes(self) -> bytes:
         """Serialized state for a state store; round-trips with ``from_bytes``."""
         procs = {
-            p: tuple(getattr(pp, s) for s in ProcPos.__slots__) for p, pp in self.procs.items()
+            p: tuple(getattr(pp, s) for s in _PROC_FIELDS) for p, pp in self.procs.items()
         }
         arrays = [getattr(self, name) for name in _ARRAYS]
         body = {
@@ -505,12 +506,12 @@ class KeyState:
         st.cands = body["cands"]
         for p, fields in body["procs"].items():
             pp = ProcPos()
-            for s, v in zip(ProcPos.__slots__, fields, strict=True):
+            for s, v in zip(_PROC_FIELDS, fields, strict=True):
                 setattr(pp, s, v)
             st.procs[p] = pp
         return st
 
 
-_ARRAYS = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
-_SCALARS = ("base", "compacted", "ibase", "iused", "frontier", "frontier_op", "late",
+_ARRAYS: Final = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
+_SCALARS: Final = ("base", "compacted", "ibase", "iused", "frontier", "frontier_op", "late",
             "unseen_decided", "unseen_from", "max_time", "last_revealed", "obase", "tunit", "tbase")

@@ -16,7 +16,7 @@ from kmon.checker.state import OCCUPIED, READ_OK, UNSEEN_DONE, W_OK, KeyState
 
 
 def _acked_unread(f: int) -> bool:
-    return f & W_OK and f & OCCUPIED and not f & READ_OK
+    return bool(f & W_OK and f & OCCUPIED and not f & READ_OK)
 
 
 def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:

@@ -9,11 +9,12 @@ so reports still show values with their input types. ``EMPTY`` lies outside both
 from __future__ import annotations
 
 import hashlib
+from typing import Final
 
-EMPTY = -(1 << 63)
-_DIRECT_MIN = -(1 << 62)
-_TAG = 1 << 62
-_MASK = _TAG - 1
+EMPTY: Final = -(1 << 63)
+_DIRECT_MIN: Final = -(1 << 62)
+_TAG: Final = 1 << 62
+_MASK: Final = _TAG - 1
 
 
 def _hashed(v: object) -> int:

@@ -18,6 +18,8 @@ Records: ``{"key", "offset", "values"}`` and ``{"key", "value", "offsets", "coun
 
 from __future__ import annotations
 
+from typing import Final
+
 from kmon.checker.anomaly import DUPLICATE, INCONSISTENT_OFFSETS
 from kmon.checker.fragment import Fragment
 from kmon.checker.poll_skip import skip_from_gap
@@ -36,8 +38,8 @@ from kmon.checker.state import (
     KeyState,
 )
 
-_WRITER_BITS = W_ANY | MULTI
-READ_BITS = READ | READ_OK
+_WRITER_BITS: Final = W_ANY | MULTI
+READ_BITS: Final = READ | READ_OK
 
 
 def inconsistent(st: KeyState, off: int, held: int, new: int, sink: Sink) -> None:

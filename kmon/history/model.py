@@ -23,7 +23,7 @@ Codecs (JSON, JSONL, EDN, Avro) convert Jepsen's wire shapes (``["send", k, [off
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 Key = int | str
 Value = int | str
@@ -119,14 +119,14 @@ def send(key: Key, value: Value, offset: Offset | None = None) -> Mop:
 
 def poll(reads: dict[Key, list[tuple[Offset, Value]]] | None = None) -> Mop:
     if reads is not None:
-        reads = {k: [tuple(p) for p in pairs] for k, pairs in reads.items()}
+        reads = {k: [(o, v) for o, v in pairs] for k, pairs in reads.items()}
     return ("poll", reads)
 
 
 # A clock tick is an op event of no process and no key: the invocation of an empty poll at
 # time ``t``. It only moves the monitor's event-time watermark (its events partition's, see
 # docs/monitor.md); checkers skip it. Probes send one to every events partition each second.
-TICK_PROCESS = 1 << 40  # no probe process has this number
+TICK_PROCESS: Final = 1 << 40  # no probe process has this number
 
 
 def clock_tick(t: int, probe: str) -> Op:
