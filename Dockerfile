@@ -11,13 +11,14 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 # A JDK and Maven: `kmon setup` compiles a helper and resolves Spark's Kafka connector from
-# Maven Central. Unpinned package versions: bookworm's security updates are what we want.
+# Maven Central. A C compiler: the install compiles the checker core with mypyc (setup.py).
+# Unpinned package versions: bookworm's security updates are what we want.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jdk-headless maven \
+    && apt-get install -y --no-install-recommends openjdk-17-jdk-headless maven gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY kmon ./kmon
 COPY streaming ./streaming
 COPY probes ./probes

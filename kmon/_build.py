@@ -1,0 +1,46 @@
+"""Which modules mypyc compiles, and a guard against running a build of other sources.
+
+``setup.py`` compiles the checker core into C extensions and records a digest of their
+sources in ``_build_stamp.py``. Python imports a compiled module in preference to its ``.py``,
+so in a source checkout an edit made after the build would silently not run:
+``refuse_stale_build`` (called on ``import kmon``) compares the digests first. Standard library
+only: setup.py loads this file by path, before kmon is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+KMON_DIR = Path(__file__).resolve().parent
+
+
+def compiled_sources(kmon_dir: Path = KMON_DIR) -> list[Path]:
+    """The modules mypyc compiles: the checker's, but for ``_``-prefixed ones (``__init__``).
+
+    Not the op model: compiled classes check their fields' types on construction, so a codec
+    handed a malformed history would fail there with a TypeError instead of its own error
+    naming the line and field."""
+    return sorted(p for p in (kmon_dir / "checker").glob("*.py") if not p.name.startswith("_"))
+
+
+def sources_digest(kmon_dir: Path = KMON_DIR) -> str:
+    h = hashlib.sha256()
+    for path in compiled_sources(kmon_dir):
+        h.update(path.relative_to(kmon_dir).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def refuse_stale_build(kmon_dir: Path = KMON_DIR) -> None:
+    built = list((kmon_dir / "checker").glob("*.so"))
+    if not built:
+        return  # installed uncompiled (KMON_COMPILE=0): the sources are what runs
+    stamp = kmon_dir / "_build_stamp.py"
+    recorded = stamp.read_text().split('"')[1] if stamp.is_file() else None
+    if recorded != sources_digest(kmon_dir):
+        raise ImportError(
+            f"kmon's compiled modules ({built[0].parent}/*.so) were built from other sources"
+            " than the .py files beside them: rebuild with `make setup` (or `pip install -e .`),"
+            " or delete kmon/checker/*.so to run the sources uncompiled"
+        )

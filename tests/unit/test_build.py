@@ -1,0 +1,71 @@
+"""The compiled checker: the suite runs the build users get, and a stale build is refused."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import kmon
+import kmon.checker.fold
+import kmon.checker.state
+from kmon._build import compiled_sources, refuse_stale_build, sources_digest
+
+KMON_DIR = Path(kmon.__file__).resolve().parent
+
+
+@pytest.mark.skipif(os.environ.get("KMON_COMPILE") == "0", reason="installed uncompiled")
+def test_the_checker_runs_compiled() -> None:
+    # A build that quietly fell back to the interpreter would halve the checker's throughput
+    # and leave the compiled code, which is what users run, untested.
+    for module in (kmon.checker.fold, kmon.checker.state):
+        assert Path(module.__file__).suffix == ".so", module.__file__
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of kmon's compiled packages' sources, without any build."""
+    root = tmp_path / "kmon"
+    for src in compiled_sources(KMON_DIR):
+        dst = root / src.relative_to(KMON_DIR)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dst)
+    return root
+
+
+def _build(tree: Path, digest: str | None) -> None:
+    (tree / "checker" / "fold.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    if digest is not None:
+        (tree / "_build_stamp.py").write_text(f'SOURCES_SHA256 = "{digest}"\n')
+
+
+def test_sources_without_a_build_run_as_they_are(tree: Path) -> None:
+    refuse_stale_build(tree)
+
+
+def test_a_build_of_these_sources_is_accepted(tree: Path) -> None:
+    _build(tree, sources_digest(tree))
+    refuse_stale_build(tree)
+
+
+def test_an_edit_after_the_build_is_refused(tree: Path) -> None:
+    _build(tree, sources_digest(tree))
+    fold = tree / "checker" / "fold.py"
+    fold.write_text(fold.read_text() + "\n# edited\n")
+    with pytest.raises(ImportError, match="make setup"):
+        refuse_stale_build(tree)
+
+
+def test_a_build_without_its_stamp_is_refused(tree: Path) -> None:
+    _build(tree, None)
+    with pytest.raises(ImportError, match="built from other sources"):
+        refuse_stale_build(tree)
+
+
+def test_the_digest_covers_every_compiled_module(tree: Path) -> None:
+    before = sources_digest(tree)
+    for source in compiled_sources(tree):
+        source.write_text(source.read_text() + "\n")
+        after = sources_digest(tree)
+        assert after != before, source
+        before = after
