@@ -535,5 +535,15 @@ def test_dockerfile_passes_hadolint(tmp_path: Path) -> None:
     assert "COPY docker/entrypoint.sh docker/kmon_main.py /opt/kmon/" in text
 
 
+def test_dockerfile_copies_only_what_the_build_context_keeps() -> None:
+    # .dockerignore drops everything but an allow list; a COPY of anything else fails the build.
+    lines = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()]
+    assert "*" in lines
+    allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
+    copies = re.findall(r"^COPY (?!--from)(.+) \S+$", (ROOT / "Dockerfile").read_text(), re.M)
+    sources = {src.split("/")[0] for line in copies for src in line.split()}
+    assert sources and sources <= allowed, sources - allowed
+
+
 def test_dockerfile_entrypoint_is_valid_bash() -> None:
     assert subprocess.run(["bash", "-n", str(ROOT / "docker" / "entrypoint.sh")]).returncode == 0
