@@ -28,8 +28,7 @@ def _compiled_extensions() -> list:
     kmon_dir = Path("kmon").resolve()
     sources = [str(p.relative_to(kmon_dir.parent)) for p in build.compiled_sources(kmon_dir)]
     # What refuse_stale_build checks on import: the digest of exactly these sources.
-    stamp = f'SOURCES_SHA256 = "{build.sources_digest(kmon_dir)}"  # written by setup.py\n'
-    (kmon_dir / "_build_stamp.py").write_text(stamp)
+    build.write_stamp(kmon_dir, build.sources_digest(kmon_dir))
     # mypy checks the compiled modules' types first (an error stops the build); modules they
     # import are followed silently, and third-party ones need no stubs.
     options = ["--ignore-missing-imports", "--follow-imports=silent"]

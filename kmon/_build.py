@@ -13,6 +13,7 @@ import hashlib
 from pathlib import Path
 
 KMON_DIR = Path(__file__).resolve().parent
+_STAMP = "_build_stamp.py"
 
 
 def compiled_sources(kmon_dir: Path = KMON_DIR) -> list[Path]:
@@ -32,13 +33,21 @@ def sources_digest(kmon_dir: Path = KMON_DIR) -> str:
     return h.hexdigest()
 
 
+def write_stamp(kmon_dir: Path, digest: str) -> None:
+    """Record the digest of the sources being compiled (setup.py, before it compiles them)."""
+    (kmon_dir / _STAMP).write_text(f'SOURCES_SHA256 = "{digest}"  # written by setup.py\n')
+
+
+def _recorded_digest(kmon_dir: Path) -> str | None:
+    stamp = kmon_dir / _STAMP
+    return stamp.read_text().split('"')[1] if stamp.is_file() else None
+
+
 def refuse_stale_build(kmon_dir: Path = KMON_DIR) -> None:
     built = list((kmon_dir / "checker").glob("*.so"))
     if not built:
         return  # installed uncompiled (KMON_COMPILE=0): the sources are what runs
-    stamp = kmon_dir / "_build_stamp.py"
-    recorded = stamp.read_text().split('"')[1] if stamp.is_file() else None
-    if recorded != sources_digest(kmon_dir):
+    if _recorded_digest(kmon_dir) != sources_digest(kmon_dir):
         raise ImportError(
             f"kmon's compiled modules ({built[0].parent}/*.so) were built from other sources"
             " than the .py files beside them: rebuild with `make setup` (or `pip install -e .`),"

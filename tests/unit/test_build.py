@@ -9,7 +9,7 @@ import pytest
 import kmon
 import kmon.checker.fold
 import kmon.checker.state
-from kmon._build import compiled_sources, refuse_stale_build, sources_digest
+from kmon._build import compiled_sources, refuse_stale_build, sources_digest, write_stamp
 
 KMON_DIR = Path(kmon.__file__).resolve().parent
 
@@ -36,7 +36,7 @@ def tree(tmp_path: Path) -> Path:
 def _build(tree: Path, digest: str | None) -> None:
     (tree / "checker" / "fold.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
     if digest is not None:
-        (tree / "_build_stamp.py").write_text(f'SOURCES_SHA256 = "{digest}"\n')
+        write_stamp(tree, digest)
 
 
 def test_sources_without_a_build_run_as_they_are(tree: Path) -> None:
