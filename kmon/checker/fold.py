@@ -19,6 +19,7 @@ from kmon.checker import aborted_read, lost_write, poll_skip, realtime_lag, send
 from kmon.checker.fragment import Fragment
 from kmon.checker.sink import Sink
 from kmon.checker.state import (
+    BLOCK_BITS,
     CHUNK,
     CHUNK_BITS,
     INF,
@@ -302,6 +303,7 @@ def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
         del arr[:n]
     del st.ctime[:drop]
     del st.amin[:drop]
+    del st.bmin[:n >> BLOCK_BITS]
     st.base += n
     st.compacted = True  # index entries below base now act as tombstones: no rebuild needed
     if st.vals:

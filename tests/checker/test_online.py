@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kmon.checker import CheckConfig, Checker
-from kmon.checker.state import KeyState
+from kmon.checker.realtime_lag import first_ack_after
+from kmon.checker.state import INF, OCCUPIED, KeyState
 from kmon.synth import SynthConfig, healthy
 from tests.checker.helpers import history, poll, send
 
@@ -90,3 +91,29 @@ def test_late_read_within_grace_cancels_the_verdict():
         checker.apply(op)
     checker.advance(h[-1].time + 100_000)
     assert not checker.sink.anomalies
+
+
+def _first_ack_scan(st: KeyState, pos: int) -> int:
+    """``realtime_lag.first_ack_after`` by brute force: every occupied slot above ``pos``."""
+    start = max(pos + 1 - st.base, 0)
+    acks = [st.atime[i] for i in range(start, len(st.atime))
+            if st.atime[i] and st.flg[i] & OCCUPIED]
+    return min(acks, default=INF)
+
+
+def test_lag_minima_stay_aligned_with_the_window_through_compaction():
+    # The per-block and per-chunk minima that make lag queries cheap must shift with the
+    # window when compaction drops chunks, or consumers get another offset's ack time.
+    ops = list(healthy(40_000, SynthConfig(keys=4, processes=4, keys_per_process=4)))
+    checker = Checker(CheckConfig(cycles=False, grace_ns=SECOND // 4,
+                                  unseen_grace_ns=SECOND // 2))
+    checked = 0
+    for n, op in enumerate(ops, 1):
+        checker.apply(op)
+        if n % 500 == 0:
+            checker.advance(op.time - SECOND // 10)
+            for st in checker.keys.values():
+                for pos in range(st.base - 1, st.last_revealed, 7):
+                    assert first_ack_after(st, pos) == _first_ack_scan(st, pos), (st.key, pos)
+                    checked += 1
+    assert all(st.compacted for st in checker.keys.values()) and checked > 1_000
