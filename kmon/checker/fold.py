@@ -89,15 +89,16 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     fresh = wflags | SENT | VER  # an acknowledged value in an untouched slot
     ok = wflags & W_OK
     t, op = fr.time, fr.op
-    val, flg, atime, ctime = st.val, st.flg, st.atime, st.ctime  # mutated in place, never replaced
+    atime = st.atime  # an array: grows in place
     u = 0  # t in atime units, computed when first needed (the first call fixes a compact tbase)
     placed = []
     for v, off in fr.sends or ():
         c: int = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
         if off is not None and ok:
             i = off - st.base
-            if i >= len(flg) and st.base >= 0 and t > 0:
+            if i >= len(st.flg) and st.base >= 0 and t > 0:
                 st.slot(off)  # grow the window here, as place_send would, and stay on this path
+            val, flg, ctime = st.val, st.flg, st.ctime  # vectors are replaced when they grow
             if (0 <= i < len(flg) and not flg[i] and c not in st.loose
                     and c not in st.pending_reads and (ticket := st.probe(c)) < 0):
                 # The common case, inline: first news of this value, at an untouched offset.
@@ -123,7 +124,7 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
             placed.append((off, v))
             if i >= 0:
                 lost_write.sent_below_reads(st, i, deadline)
-        if ok and i >= 0 and flg[i] & READ:
+        if ok and i >= 0 and st.flg[i] & READ:
             sink.e2e.append((st.key, 0))  # a poll saw it before the ack arrived
     if ty == "ok":
         if len(placed) > 1:
@@ -155,7 +156,7 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     own_read = []
     internal = not fr.rebalanced
     t, op, process = fr.time, fr.op, fr.process
-    val, flg, atime, ctime = st.val, st.flg, st.atime, st.ctime  # mutated in place, never replaced
+    val, flg, atime, ctime = st.val, st.flg, st.atime, st.ctime
     e2e, key = sink.e2e, st.key
     prev_off = prev_v = None
     hi = -1
@@ -184,6 +185,7 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
             aborted_read.judge_read_at(st, i, c, off, op, process, t, deadline, ok, sink)
         else:
             place_read(st, off, c, fr, sink)
+            val, flg, ctime = st.val, st.flg, st.ctime  # vectors are replaced when they grow
             aborted_read.judge_read(st, c, off, op, process, t, deadline, ok, sink)
         if own is not None and v in own:
             own_read.append(v)
@@ -299,11 +301,11 @@ def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
     st.unseen_decided += sum(
         1 for i in range(n) if flg[i] & W_OK and flg[i] & OCCUPIED and not flg[i] & READ_OK
     )
-    for arr in (st.val, st.flg, st.wref, st.atime):
-        del arr[:n]
-    del st.ctime[:drop]
-    del st.amin[:drop]
-    del st.bmin[:n >> BLOCK_BITS]
+    st.val, st.flg = st.val[n:], st.flg[n:]
+    del st.wref[:n]
+    del st.atime[:n]
+    st.ctime, st.amin = st.ctime[drop:], st.amin[drop:]
+    st.bmin = st.bmin[n >> BLOCK_BITS:]
     st.base += n
     st.compacted = True  # index entries below base now act as tombstones: no rebuild needed
     if st.vals:

@@ -1,4 +1,4 @@
-"""Per-key state: the in-flight window of one topic-partition's log, in packed arrays.
+"""Per-key state: the in-flight window of one topic-partition's log, in packed vectors.
 
 Slot ``i`` describes offset ``base + i``. For an occupied slot, ``val`` holds the value's code
 (see ``values.py``), ``wref`` the writer op's index (-1 unknown), ``atime`` the time the writer's
@@ -21,6 +21,13 @@ relative to ``obase`` in 32 bits (widened to 64 on overflow); ``atime`` holds ac
 milliseconds in 32 bits in a *compact* state (online, where a millisecond is plenty); the value
 index holds 16-bit positions while the window is under 64k offsets.
 
+Storage: ``val``, ``flg`` and the per-chunk and per-block tables are ``librt.vecs`` vectors
+(mypyc's runtime library), whose elements compiled code reads and writes as plain C integers;
+an ``array.array`` element costs a boxed object and, for a write, argument parsing: about 370
+instructions against a handful. ``wref``, ``atime`` and the index stay arrays because their
+element type changes at run time (a widened writer, offline nanoseconds, a large window).
+A vector is replaced, not resized in place, when it grows: re-read it after ``slot``.
+
 Offsets below ``base`` have been compacted: once the watermark is a grace period past every
 event that touched a chunk of 256 offsets and nothing is pending there, the chunk is dropped, so
 memory follows the in-flight window, not the history.
@@ -34,6 +41,9 @@ import pickle
 import sys
 from array import array
 from typing import Any, Final
+
+from librt.vecs import extend, vec
+from mypy_extensions import i16, i64
 
 from kmon.checker.values import EMPTY, decode, encode
 
@@ -51,10 +61,11 @@ GAP: Final = 1 << 7  # empty slot some op read or sent across; the crossing is k
 GAP_SEND: Final = 1 << 8  # ... and it was between two sends of one op
 CAND: Final = 1 << 9  # an absence verdict (lost-write / invisible write) is pending for this slot
 DECIDED: Final = 1 << 10  # that verdict, or an unseen verdict, was emitted
+READ_OK: Final = 1 << 11  # an ok op read this value: consumed (what lost-write and unseen ask)
 VISIBLE_DONE: Final = 1 << 12  # a visible fact was already sent for this value
 UNSEEN_DONE: Final = 1 << 13  # an unseen verdict was already emitted for this value
 GAP_INT: Final = 1 << 14  # the crossing was within one op: ``val`` holds the offset it started from
-READ_OK: Final = 1 << 15  # an ok op read this value: consumed (what lost-write and unseen ask)
+# Flags fit in 15 bits: ``flg`` is a vector of signed 16-bit ints.
 
 W_ANY: Final = W_OK | W_INFO | W_FAIL
 OCCUPIED: Final = VER | SENT
@@ -107,15 +118,23 @@ def _filler(typecode: str, n: int, fill: int) -> array[int]:
     return _empty(typecode, n, fill)
 
 
+def _run64(n: int, fill: int) -> vec[i64]:
+    return vec[i64]([fill] * n)
+
+
+def _run16(n: int, fill: int) -> vec[i16]:
+    return vec[i16]([fill] * n)
+
+
 # Byte value -> 1 if it has an OCCUPIED bit (both live in a flag's low byte), else 0.
 _OCCUPIED_BYTE: Final = bytes(1 if b & OCCUPIED else 0 for b in range(256))
 assert OCCUPIED < 256
 _LOW_BYTE: Final = 0 if sys.byteorder == "little" else 1  # of each 16-bit flag
 
 
-def _occupied(flg: array[int]) -> itertools.compress[int]:
+def _occupied(flg: vec[i16]) -> itertools.compress[int]:
     """Slot numbers whose flags have an OCCUPIED bit, found in C rather than a Python loop."""
-    mask = flg.tobytes()[_LOW_BYTE::2].translate(_OCCUPIED_BYTE)
+    mask = bytes(memoryview(flg))[_LOW_BYTE::2].translate(_OCCUPIED_BYTE)
     return itertools.compress(range(len(flg)), mask)
 
 
@@ -135,6 +154,7 @@ class KeyState:
         "frontier_op",
         "ibase",
         "index",
+        "inone",
         "iused",
         "key",
         "last_revealed",
@@ -157,19 +177,20 @@ class KeyState:
         self.key = key
         self.base = -1  # offset of slot 0; -1 until the first offset is seen
         self.compacted = False
-        self.val: array[int] = array("q")
-        self.flg: array[int] = array("H")
+        self.val: vec[i64] = vec[i64]()
+        self.flg: vec[i16] = vec[i16]()
         self.wref: array[int] = array("i")  # writer op - obase; _NO_WRITER: unknown
         self.obase: int | None = None
         self.atime: array[int] = array("i" if compact else "q")  # ack time in units; 0: none
         self.tunit = MS if compact else 1
         self.tbase: int | None = None
-        self.ctime: array[int] = array("q")  # per chunk: latest event time that touched it
+        self.ctime: vec[i64] = vec[i64]()  # per chunk: latest event time that touched it
         # per chunk: earliest ack (in atime units) in it (INF: none)
-        self.amin: array[int] = array("q")
-        self.bmin: array[int] = array("q")  # per block of 16: the same, so lag queries scan little
+        self.amin: vec[i64] = vec[i64]()
+        self.bmin: vec[i64] = vec[i64]()  # per block of 16: the same, so lag queries scan little
         # open addressing: code -> offset - ibase
         self.index: array[int] = _empty("H", 16, _NO_SLOT["H"])
+        self.inone = _NO_SLOT["H"]  # the index's empty cell (kept: a typecode lookup is slow)
         self.ibase = 0
         self.iused = 0
         self.vals: dict[int, Any] = {}  # code -> original value, for non-int values
@@ -211,29 +232,29 @@ class KeyState:
     def _grow_above(self, i: int) -> None:
         # Grow to the end of i's block, not slot by slot: sends arrive one offset at a time.
         n = ((i >> BLOCK_BITS) + 1 << BLOCK_BITS) - len(self.val)
-        self.val.extend(_filler("q", n, EMPTY))
-        self.flg.extend(_filler("H", n, 0))
+        self.val = extend(self.val, _run64(n, EMPTY))
+        self.flg = extend(self.flg, _run16(n, 0))
         self.wref.extend(_filler(self.wref.typecode, n, _NO_WRITER[self.wref.typecode]))
         self.atime.extend(_filler(self.atime.typecode, n, 0))
         chunks = (len(self.val) + CHUNK - 1) >> CHUNK_BITS
         if chunks > len(self.ctime):
             extra = chunks - len(self.ctime)
-            self.ctime.extend(_filler("q", extra, 0))
-            self.amin.extend(_filler("q", extra, INF))
+            self.ctime = extend(self.ctime, _run64(extra, 0))
+            self.amin = extend(self.amin, _run64(extra, INF))
         blocks = len(self.val) >> BLOCK_BITS
         if blocks > len(self.bmin):
-            self.bmin.extend(_filler("q", blocks - len(self.bmin), INF))
+            self.bmin = extend(self.bmin, _run64(blocks - len(self.bmin), INF))
 
     def _grow_below(self, off: int) -> None:
         new_base = off - (off % CHUNK)
         n = self.base - new_base
-        self.val[0:0] = _empty("q", n, EMPTY)
-        self.flg[0:0] = _empty("H", n, 0)
+        self.val = extend(_run64(n, EMPTY), self.val)
+        self.flg = extend(_run16(n, 0), self.flg)
         self.wref[0:0] = _empty(self.wref.typecode, n, _NO_WRITER[self.wref.typecode])
         self.atime[0:0] = _empty(self.atime.typecode, n, 0)
-        self.ctime[0:0] = _empty("q", n >> CHUNK_BITS, 0)
-        self.amin[0:0] = _empty("q", n >> CHUNK_BITS, INF)
-        self.bmin[0:0] = _empty("q", n >> BLOCK_BITS, INF)
+        self.ctime = extend(_run64(n >> CHUNK_BITS, 0), self.ctime)
+        self.amin = extend(_run64(n >> CHUNK_BITS, INF), self.amin)
+        self.bmin = extend(_run64(n >> BLOCK_BITS, INF), self.bmin)
         self.base = new_base
 
     def in_window(self, off: int) -> bool:
@@ -253,7 +274,7 @@ class KeyState:
             # Offline: exact. Compact: leave an hour of room for acks that arrive out of order.
             self.tbase = -1 if self.tunit == 1 else t - HOUR
         u = (t - self.tbase) // self.tunit + 1
-        top = _MAX_UNITS[self.atime.typecode]
+        top = _MAX_UNITS["i" if self.tunit == MS else "q"]  # (compact: 32-bit atime)
         return 1 if u < 1 else (top if u > top else u)
 
     def ns(self, units: int) -> int:
@@ -336,7 +357,7 @@ class KeyState:
         size = len(index)
         h = (code ^ (code >> 29) ^ (code >> 47)) % size
         base, val, ibase = self.base, self.val, self.ibase
-        none = _NO_SLOT[index.typecode]
+        none = self.inone
         while True:
             p = index[h]
             if p == none:
@@ -359,7 +380,7 @@ class KeyState:
         h = (code ^ (code >> 29) ^ (code >> 47)) % size
         val, ibase = self.val, self.ibase
         stale = self.base - ibase  # entries below this point to compacted offsets
-        none = _NO_SLOT[index.typecode]
+        none = self.inone
         free = -1  # the first tombstone on the chain: index_add reuses it
         while True:
             p = index[h]
@@ -378,7 +399,7 @@ class KeyState:
         """``index_add(off, code)`` where the ``probe`` that gave ``ticket`` found room."""
         pos = off - self.ibase
         index = self.index
-        if pos >= 0xFFFF and index.typecode == "H":
+        if pos >= 0xFFFF and self.inone == _NO_SLOT["H"]:
             self.index_add(off, code)
             return
         h = -1 - ticket
@@ -391,10 +412,10 @@ class KeyState:
     def index_add(self, off: int, code: int) -> None:
         pos = off - self.ibase
         index = self.index
-        if pos >= 0xFFFF and index.typecode == "H":
+        if pos >= 0xFFFF and self.inone == _NO_SLOT["H"]:
             self.rebuild_index()  # the window outgrew 16-bit positions
             pos, index = off - self.ibase, self.index
-        none = _NO_SLOT[index.typecode]
+        none = self.inone
         size = len(index)
         h = (code ^ (code >> 29) ^ (code >> 47)) % size
         stale = self.base - self.ibase  # entries below this point to compacted offsets
@@ -424,6 +445,7 @@ class KeyState:
         typecode = "H" if len(self.val) < 0xFFFF else "i"
         none = _NO_SLOT[typecode]
         self.index = index = _empty(typecode, size, none)
+        self.inone = none
         self.ibase = self.base
         # What index_add would do for each live value in turn, inline: the table is fresh (no
         # tombstones), positions are slot numbers, and it stays under 70% full.
@@ -458,7 +480,7 @@ class KeyState:
     def window_nbytes(self) -> int:
         """Bytes of the packed arrays: what grows with the offset window (per slot, chunk,
         index bucket)."""
-        return sum(a.itemsize * len(a) for a in (getattr(self, name) for name in _ARRAYS))
+        return sum(memoryview(getattr(self, name)).nbytes for name in _ARRAYS)
 
     def nbytes(self) -> int:
         """Approximate retained bytes: packed arrays plus side tables and their contents."""
@@ -474,12 +496,11 @@ class KeyState:
         procs = {
             p: tuple(getattr(pp, s) for s in _PROC_FIELDS) for p, pp in self.procs.items()
         }
-        arrays = [getattr(self, name) for name in _ARRAYS]
         body = {
-            "v": 2,
+            "v": 3,
             "key": self.key,
             "scalars": tuple(getattr(self, name) for name in _SCALARS),
-            "arrays": tuple((a.typecode, a.tobytes()) for a in arrays),
+            "arrays": tuple(_pack(name, getattr(self, name)) for name in _ARRAYS),
             "vals": self.vals,
             "loose": self.loose,
             "pending_reads": self.pending_reads,
@@ -491,15 +512,15 @@ class KeyState:
     @classmethod
     def from_bytes(cls, data: bytes) -> KeyState:
         body = pickle.loads(data)
-        if body.get("v") != 2:
-            raise ValueError(f"unknown key state version {body.get('v')!r}")
+        version = body.get("v")
+        if version not in (2, 3):
+            raise ValueError(f"unknown key state version {version!r}")
         st = cls(body["key"])
         for name, v in zip(_SCALARS, body["scalars"], strict=True):
             setattr(st, name, v)
         for name, (typecode, raw) in zip(_ARRAYS, body["arrays"], strict=True):
-            arr = array(typecode)
-            arr.frombytes(raw)
-            setattr(st, name, arr)
+            setattr(st, name, _unpack(name, typecode, raw))
+        st.inone = _NO_SLOT[st.index.typecode]
         st.vals = body["vals"]
         st.loose = body["loose"]
         st.pending_reads = body["pending_reads"]
@@ -515,3 +536,31 @@ class KeyState:
 _ARRAYS: Final = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
 _SCALARS: Final = ("base", "compacted", "ibase", "iused", "frontier", "frontier_op", "late",
             "unseen_decided", "unseen_from", "max_time", "last_revealed", "obase", "tunit", "tbase")
+
+
+def _pack(name: str, a: Any) -> tuple[str, bytes]:
+    """(typecode, raw bytes) of one of the state's vectors or arrays."""
+    if name in _VEC64:
+        return "q", bytes(memoryview(a))
+    if name == "flg":
+        return "h", bytes(memoryview(a))
+    return a.typecode, a.tobytes()
+
+
+def _unpack(name: str, typecode: str, raw: bytes) -> Any:
+    if name in _VEC64:
+        return vec[i64](memoryview(raw).cast("q"))
+    if name == "flg":
+        return vec[i16](memoryview(raw).cast("h") if typecode == "h" else _flags_v2(raw))
+    arr = array(typecode)
+    arr.frombytes(raw)
+    return arr
+
+
+def _flags_v2(raw: bytes) -> list[int]:
+    """Version 2 flags (16 unsigned bits, READ_OK in bit 15) in today's layout."""
+    old_read_ok = 1 << 15
+    return [f & ~old_read_ok | (READ_OK if f & old_read_ok else 0) for f in array("H", raw)]
+
+
+_VEC64: Final = frozenset(("val", "ctime", "amin", "bmin"))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
+from array import array
+
 from kmon.checker import CheckConfig, Checker
 from kmon.checker.realtime_lag import first_ack_after
-from kmon.checker.state import INF, OCCUPIED, KeyState
+from kmon.checker.state import _ARRAYS, INF, OCCUPIED, READ_OK, KeyState
 from kmon.synth import SynthConfig, healthy
 from tests.checker.helpers import history, poll, send
 
@@ -117,3 +120,25 @@ def test_lag_minima_stay_aligned_with_the_window_through_compaction():
                     assert first_ack_after(st, pos) == _first_ack_scan(st, pos), (st.key, pos)
                     checked += 1
     assert all(st.compacted for st in checker.keys.values()) and checked > 1_000
+
+
+def _as_version_2(data: bytes) -> bytes:
+    """A state serialized as the previous release did: flags as unsigned 16-bit ints with
+    READ_OK in bit 15."""
+    body = pickle.loads(data)
+    arrays = dict(zip(_ARRAYS, body["arrays"], strict=True))
+    flags = array("h", arrays["flg"][1])
+    old = array("H", [f & ~READ_OK | (1 << 15 if f & READ_OK else 0) for f in flags])
+    arrays["flg"] = ("H", old.tobytes())
+    body["v"] = 2
+    body["arrays"] = tuple(arrays[name] for name in _ARRAYS)
+    return pickle.dumps(body, protocol=5)
+
+
+def test_state_saved_by_the_previous_release_loads():
+    # A monitor upgraded in place restarts from state stores written before the flags moved.
+    ops = list(healthy(5_000, SynthConfig(keys=4, processes=4, keys_per_process=2)))
+    checker = _run_online(ops, grace=SECOND)
+    for st in checker.keys.values():
+        assert any(f & READ_OK for f in st.flg)
+        assert KeyState.from_bytes(_as_version_2(st.to_bytes())).to_bytes() == st.to_bytes()
