@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from kmon.checker import fold, realtime_lag
 from kmon.checker.cycles import Graph, add_edge, find_cycles
-from kmon.checker.fragment import split
+from kmon.checker.fragment import Fragment, split_fields
 from kmon.checker.policy import allowed_anomalies, invalidating
 from kmon.checker.report import Report, merge_anomalies
 from kmon.checker.sink import Sink
@@ -67,23 +67,26 @@ class Checker:
         return st
 
     def apply(self, op: Op) -> None:
-        f = op.f
-        if f not in _OP_FS or is_clock_tick(op):
+        # The op's fields are read once: each read of an (interpreted) Op attribute costs more
+        # than the rest of a common op's bookkeeping here.
+        f, ty, process, t = op.f, op.type, op.process, op.time
+        if f not in _OP_FS or (ty == "invoke" and is_clock_tick(op)):
             return  # nemesis and other non-client ops; the monitor's clock ticks
         self.ops += 1
         if f in MOP_FS:
             self.workload_ops += 1
-        ty = op.type
         if ty == "invoke":
-            self.invoked_at[op.process] = op.time
+            self.invoked_at[process] = t
             return
-        invoke_time = self.invoked_at.pop(op.process, op.time)
-        if op.meta is not None and op.meta.invoke_time is not None:
-            invoke_time = op.meta.invoke_time  # what the online monitor uses too
+        invoke_time = self.invoked_at.pop(process, t)
+        meta = op.meta
+        if meta is not None and meta.invoke_time is not None:
+            invoke_time = meta.invoke_time  # what the online monitor uses too
         if f == "crash":
-            self._crash(op.process)
+            self._crash(process)
             return
-        frags = split(op, invoke_time)
+        value = op.value
+        frags = split_fields(op.index, process, ty, f, t, value, op.rebalance_log, invoke_time)
         sink, cfg, keys = self.sink, self.fold_config, self.keys
         for fr in frags:
             st = keys.get(fr.key)
@@ -93,7 +96,7 @@ class Checker:
         if sink.facts:
             self._route_facts()
         if self.config.collect_lags and ty == "ok" and f != "send":
-            self._lag_of_tracked(op, frags, invoke_time)
+            self._lag_of_tracked(process, f, value, frags, invoke_time)
         if self.config.cycles and ty != "fail" and f in MOP_FS:
             for k, pairs in op.reads().items():
                 for _, v in pairs:
@@ -106,16 +109,17 @@ class Checker:
             for fact in facts:
                 self.txns.apply(fact, self.sink)
 
-    def _lag_of_tracked(self, op: Op, frags: list, invoke_time: int) -> None:
+    def _lag_of_tracked(
+        self, p: Any, f: str, value: Any, frags: list[Fragment], invoke_time: int
+    ) -> None:
         """Sample lag on keys the process consumes that this ok op did not touch.
 
         A process tracks the keys of its last assign (none after a subscribe), plus every key
         an ok poll or txn op of it touched, like Jepsen. (Probes list every assigned key in each
         poll, empty or not, so online the fragments carry these.)
         """
-        p, f = op.process, op.f
         if f == "assign" or f == "subscribe":
-            self.tracked[p] = set(op.value or ()) if f == "assign" else set()
+            self.tracked[p] = set(value or ()) if f == "assign" else set()
             return
         if f != "poll" and f != "txn":
             return

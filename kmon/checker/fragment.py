@@ -77,9 +77,17 @@ def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
 
     Read lists are shared with the op, not copied: fragments are read-only.
     """
-    f, t, ty, idx, proc, value = op.f, op.time, op.type, op.index, op.process, op.value
-    it = t if invoke_time is None else invoke_time
-    if (f in _MOP_FS and value and len(value) == 1 and not (op.rebalance_log and ty != "invoke")):
+    it = op.time if invoke_time is None else invoke_time
+    return split_fields(op.index, op.process, op.type, op.f, op.time, op.value, op.rebalance_log,
+                        it)
+
+
+def split_fields(
+    idx: int, proc: Any, ty: str, f: str, t: int, value: Any, rebalance_log: Any, it: int
+) -> list[Fragment]:
+    """``split`` for a caller that has already read the op's fields (each read of an
+    interpreted object's attribute costs more than the rest of the common case)."""
+    if (f in _MOP_FS and value and len(value) == 1 and not (rebalance_log and ty != "invoke")):
         # The common shapes, without the per-key dict: one send, or one poll.
         m = value[0]
         if m[0] == "send":
@@ -116,8 +124,8 @@ def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
             if fr is None:
                 fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
             fr.assigned = True
-    if op.rebalance_log and ty != "invoke":
-        for r in op.rebalance_log:
+    if rebalance_log and ty != "invoke":
+        for r in rebalance_log:
             for k in r.keys:
                 fr = by_key.get(k)
                 if fr is None:
