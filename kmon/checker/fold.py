@@ -19,7 +19,6 @@ from kmon.checker import aborted_read, lost_write, poll_skip, realtime_lag, send
 from kmon.checker.fragment import Fragment
 from kmon.checker.sink import Sink
 from kmon.checker.state import (
-    BLOCK_BITS,
     CHUNK,
     CHUNK_BITS,
     INF,
@@ -89,7 +88,6 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     fresh = wflags | SENT | VER  # an acknowledged value in an untouched slot
     ok = wflags & W_OK
     t, op = fr.time, fr.op
-    atime = st.atime  # an array: grows in place
     u = 0  # t in atime units, computed when first needed (the first call fixes a compact tbase)
     placed = []
     for v, off in fr.sends or ():
@@ -107,7 +105,7 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
                 st.set_writer(i, op)
                 if not u:
                     u = st.units(t)
-                a = atime[i]
+                a = st.ack(i)
                 if not a or u < a:
                     st.reveal_units(i, u)
                 st.index_at(ticket, off, c)
@@ -156,24 +154,24 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     own_read = []
     internal = not fr.rebalanced
     t, op, process = fr.time, fr.op, fr.process
-    val, flg, atime, ctime = st.val, st.flg, st.atime, st.ctime
+    val, flg, ctime = st.val, st.flg, st.ctime
     e2e, key = sink.e2e, st.key
     prev_off = prev_v = None
     hi = -1
     for off, v in reads:
         c: int = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
         i = off - st.base
-        f = flg[i] if 0 <= i < len(flg) and val[i] == c else 0
+        f: int = flg[i] if 0 <= i < len(flg) and val[i] == c else 0  # int: no boxed join
         if f & OCCUPIED and f & W_ANY and not f & _NEEDS_JUDGING:
             # The common case: read where its send put it, by a known, unfailed writer.
             if not f & READ:
-                a = atime[i]
+                a = st.ack(i)
                 if a:
                     a = (a - 1) * st.tunit + (st.tbase or 0)  # st.ns(a), inline
                     e2e.append((key, t - a if t > a else 0))
             if f & rb != rb:
                 flg[i] = f | VER | rb
-            a = atime[i]
+            a = st.ack(i)
             if u and (not a or u < a):
                 st.reveal_units(i, u)
             ch = i >> CHUNK_BITS
@@ -224,7 +222,7 @@ def _read_placed(st: KeyState, i: int, f: int, t: int, u: int, rb: int, sink: Si
         if revealed > 0:
             sink.e2e.append((st.key, t - revealed if t > revealed else 0))
     st.flg[i] = f | VER | rb
-    a = st.atime[i]
+    a = st.ack(i)
     if u and (not a or u < a):
         st.reveal_units(i, u)
 
@@ -301,12 +299,7 @@ def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
     st.unseen_decided += sum(
         1 for i in range(n) if flg[i] & W_OK and flg[i] & OCCUPIED and not flg[i] & READ_OK
     )
-    st.val, st.flg = st.val[n:], st.flg[n:]
-    del st.wref[:n]
-    del st.atime[:n]
-    st.ctime, st.amin = st.ctime[drop:], st.amin[drop:]
-    st.bmin = st.bmin[n >> BLOCK_BITS:]
-    st.base += n
+    st.drop_front(n)
     st.compacted = True  # index entries below base now act as tombstones: no rebuild needed
     if st.vals:
         live = {c for c in st.val if c != EMPTY and not is_direct(c)} | set(st.loose)

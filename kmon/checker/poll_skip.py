@@ -96,7 +96,7 @@ def skip_from_gap(st: KeyState, i: int, code: int, sink: Sink) -> None:
     The report merges it with the crossing's own record when there is one.
     """
     f = st.flg[i]
-    first, op_b, third = st.val[i], st.writer(i), st.atime[i]
+    first, op_b, third = st.val[i], st.writer(i), st.ack(i)
     st.flg[i] = f & ~_GAP_BITS
     skipped = [st.value(code)]
     if f & GAP_INT:

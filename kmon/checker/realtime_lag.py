@@ -27,17 +27,17 @@ def first_ack_after(st: KeyState, pos: int) -> int:
     """
     if pos >= st.last_revealed:
         return INF  # caught up with everything known to exist
-    n = len(st.atime)
+    n = len(st.val)
     start = pos + 1 - st.base
     if start < 0:
         start = 0
     if start >= n:
         return INF
-    atime, flg = st.atime, st.flg
+    flg = st.flg
     best = INF
     block_end = ((start >> BLOCK_BITS) + 1) << BLOCK_BITS
     for i in range(start, block_end if block_end < n else n):
-        a = atime[i]
+        a = st.ack(i)
         if a and a < best and flg[i] & OCCUPIED:
             best = a
     chunk_end = block_end

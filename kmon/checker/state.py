@@ -16,17 +16,18 @@ offset, or displaced from its offset by a conflicting value) live in ``loose`` a
 ``[offset | None, flags, writer, ack_time]``.
 
 Encodings (so an in-flight offset costs about 22 bytes online): ``wref`` holds op indices
-relative to ``obase`` in 32 bits (widened to 64 on overflow); ``atime`` holds ack times in
-``tunit`` steps after ``tbase`` -- nanoseconds in 64 bits offline (exact, like Jepsen), but
-milliseconds in 32 bits in a *compact* state (online, where a millisecond is plenty); the value
-index holds 16-bit positions while the window is under 64k offsets.
+relative to ``obase`` in 32 bits (a writer further away is kept exactly in ``wide_writers``);
+``atime`` (``ack``/``set_ack``) holds ack times in ``tunit`` steps after ``tbase`` --
+nanoseconds in 64 bits offline (``at64``: exact, like Jepsen), but milliseconds in 32 bits in a
+*compact* state (``at32``: online, where a millisecond is plenty); the value index holds 16-bit
+positions while the window is under 64k offsets.
 
-Storage: ``val``, ``flg`` and the per-chunk and per-block tables are ``librt.vecs`` vectors
-(mypyc's runtime library), whose elements compiled code reads and writes as plain C integers;
-an ``array.array`` element costs a boxed object and, for a write, argument parsing: about 370
-instructions against a handful. ``wref``, ``atime`` and the index stay arrays because their
-element type changes at run time (a widened writer, offline nanoseconds, a large window).
-A vector is replaced, not resized in place, when it grows: re-read it after ``slot``.
+Storage: the per-slot, per-chunk and per-block tables are ``librt.vecs`` vectors (mypyc's
+runtime library), whose elements compiled code reads and writes as plain C integers; an
+``array.array`` element costs a boxed object and, for a write, argument parsing: about 370
+instructions against a handful. The value index stays an array: its element type changes with
+the window's size. A vector is replaced, not resized in place, when it grows: re-read it after
+``slot``.
 
 Offsets below ``base`` have been compacted: once the watermark is a grace period past every
 event that touched a chunk of 256 offsets and nothing is pending there, the chunk is dropped, so
@@ -35,7 +36,6 @@ memory follows the in-flight window, not the history.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import pickle
 import sys
@@ -43,7 +43,7 @@ from array import array
 from typing import Any, Final
 
 from librt.vecs import extend, vec
-from mypy_extensions import i16, i64
+from mypy_extensions import i16, i32, i64
 
 from kmon.checker.values import EMPTY, decode, encode
 
@@ -101,8 +101,10 @@ class ProcPos:
         self.time = 0
 
 
-_NO_WRITER: Final = {"i": -(1 << 31), "q": -(1 << 63)}
-_MAX_UNITS: Final = {"i": (1 << 31) - 1, "q": (1 << 63) - 1}
+_I32_MIN: Final = -(1 << 31)
+_I32_MAX: Final = (1 << 31) - 1
+_NO_WRITER: Final = _I32_MIN  # wref: writer unknown
+_WIDE_WRITER: Final = _I32_MIN + 1  # wref: the writer is in ``wide_writers`` (see set_writer)
 _NO_SLOT: Final = {"H": 0xFFFF, "i": -1}
 MS: Final = 1_000_000
 HOUR: Final = 3600 * 1_000_000_000
@@ -112,14 +114,12 @@ def _empty(typecode: str, n: int, fill: int) -> array[int]:
     return array(typecode, [fill]) * n
 
 
-@functools.lru_cache(maxsize=64)
-def _filler(typecode: str, n: int, fill: int) -> array[int]:
-    """A shared run of ``fill`` to extend arrays with (copied by extend: never mutate it)."""
-    return _empty(typecode, n, fill)
-
-
 def _run64(n: int, fill: int) -> vec[i64]:
     return vec[i64]([fill] * n)
+
+
+def _run32(n: int, fill: int) -> vec[i32]:
+    return vec[i32]([fill] * n)
 
 
 def _run16(n: int, fill: int) -> vec[i16]:
@@ -143,12 +143,14 @@ class KeyState:
 
     __slots__ = (
         "amin",
-        "atime",
+        "at32",
+        "at64",
         "base",
         "bmin",
         "cands",
         "compacted",
         "ctime",
+        "exact_time",
         "flg",
         "frontier",
         "frontier_op",
@@ -170,6 +172,7 @@ class KeyState:
         "unseen_from",
         "val",
         "vals",
+        "wide_writers",
         "wref",
     )
 
@@ -179,9 +182,14 @@ class KeyState:
         self.compacted = False
         self.val: vec[i64] = vec[i64]()
         self.flg: vec[i16] = vec[i16]()
-        self.wref: array[int] = array("i")  # writer op - obase; _NO_WRITER: unknown
+        self.wref: vec[i32] = vec[i32]()  # writer op - obase; _NO_WRITER: unknown
+        self.wide_writers: dict[int, int] = {}  # offset -> writer op, where wref overflowed
         self.obase: int | None = None
-        self.atime: array[int] = array("i" if compact else "q")  # ack time in units; 0: none
+        # atime (see ``ack``), ack time in units (0: none): exact nanoseconds in 64 bits offline,
+        # milliseconds in 32 bits in a compact state. The other vector stays empty.
+        self.exact_time = not compact
+        self.at32: vec[i32] = vec[i32]()
+        self.at64: vec[i64] = vec[i64]()
         self.tunit = MS if compact else 1
         self.tbase: int | None = None
         self.ctime: vec[i64] = vec[i64]()  # per chunk: latest event time that touched it
@@ -234,8 +242,11 @@ class KeyState:
         n = ((i >> BLOCK_BITS) + 1 << BLOCK_BITS) - len(self.val)
         self.val = extend(self.val, _run64(n, EMPTY))
         self.flg = extend(self.flg, _run16(n, 0))
-        self.wref.extend(_filler(self.wref.typecode, n, _NO_WRITER[self.wref.typecode]))
-        self.atime.extend(_filler(self.atime.typecode, n, 0))
+        self.wref = extend(self.wref, _run32(n, _NO_WRITER))
+        if self.exact_time:
+            self.at64 = extend(self.at64, _run64(n, 0))
+        else:
+            self.at32 = extend(self.at32, _run32(n, 0))
         chunks = (len(self.val) + CHUNK - 1) >> CHUNK_BITS
         if chunks > len(self.ctime):
             extra = chunks - len(self.ctime)
@@ -250,12 +261,26 @@ class KeyState:
         n = self.base - new_base
         self.val = extend(_run64(n, EMPTY), self.val)
         self.flg = extend(_run16(n, 0), self.flg)
-        self.wref[0:0] = _empty(self.wref.typecode, n, _NO_WRITER[self.wref.typecode])
-        self.atime[0:0] = _empty(self.atime.typecode, n, 0)
+        self.wref = extend(_run32(n, _NO_WRITER), self.wref)
+        if self.exact_time:
+            self.at64 = extend(_run64(n, 0), self.at64)
+        else:
+            self.at32 = extend(_run32(n, 0), self.at32)
         self.ctime = extend(_run64(n >> CHUNK_BITS, 0), self.ctime)
         self.amin = extend(_run64(n >> CHUNK_BITS, INF), self.amin)
         self.bmin = extend(_run64(n >> BLOCK_BITS, INF), self.bmin)
         self.base = new_base
+
+    def drop_front(self, n: int) -> None:
+        """Forget the first ``n`` slots (whole chunks): compaction."""
+        chunks = n >> CHUNK_BITS
+        self.val, self.flg, self.wref = self.val[n:], self.flg[n:], self.wref[n:]
+        self.at32, self.at64 = self.at32[n:], self.at64[n:]
+        self.ctime, self.amin = self.ctime[chunks:], self.amin[chunks:]
+        self.bmin = self.bmin[n >> BLOCK_BITS:]
+        self.base += n
+        if self.wide_writers:
+            self.wide_writers = {o: w for o, w in self.wide_writers.items() if o >= self.base}
 
     def in_window(self, off: int) -> bool:
         return 0 <= off - self.base < len(self.val)
@@ -274,22 +299,33 @@ class KeyState:
             # Offline: exact. Compact: leave an hour of room for acks that arrive out of order.
             self.tbase = -1 if self.tunit == 1 else t - HOUR
         u = (t - self.tbase) // self.tunit + 1
-        top = _MAX_UNITS["i" if self.tunit == MS else "q"]  # (compact: 32-bit atime)
+        top = INF if self.exact_time else _I32_MAX
         return 1 if u < 1 else (top if u > top else u)
 
     def ns(self, units: int) -> int:
         return (units - 1) * self.tunit + (self.tbase or 0)
 
+    def ack(self, i: int) -> int:
+        """Slot ``i``'s ``atime``: when its offset was first revealed, in units (0: never); in
+        an empty slot a crossing keeps a small int here (``set_small``)."""
+        return self.at64[i] if self.exact_time else self.at32[i]
+
+    def set_ack(self, i: int, x: int) -> None:
+        if self.exact_time:
+            self.at64[i] = x
+        else:
+            self.at32[i] = x
+
     def reveal(self, i: int, t: int) -> None:
         """An ok or info op completing at ``t`` showed that offset ``base + i`` exists."""
         u = self.units(t)
-        a = self.atime[i]
+        a = self.ack(i)
         if not a or u < a:
             self.reveal_units(i, u)
 
     def reveal_units(self, i: int, u: int) -> None:
         """``reveal`` with the time already in ``atime`` units, known to be the earliest."""
-        self.atime[i] = u
+        self.set_ack(i, u)
         off = i + self.base
         if off > self.last_revealed:
             self.last_revealed = off
@@ -304,44 +340,41 @@ class KeyState:
 
     def revealed_ns(self, i: int) -> int:
         """When slot ``i``'s offset was first revealed (ns), or -1."""
-        u = self.atime[i]
+        u = self.ack(i)
         return self.ns(u) if u > 0 and self.flg[i] & OCCUPIED else -1
 
     def writer(self, i: int) -> int:
-        w = self.wref[i]
+        w: int = self.wref[i]
         obase = self.obase
-        return -1 if obase is None or w == _NO_WRITER[self.wref.typecode] else w + obase
+        if obase is None or w == _NO_WRITER:
+            return -1
+        return self.wide_writers[self.base + i] if w == _WIDE_WRITER else w + obase
 
     def set_writer(self, i: int, op: int) -> None:
         obase = self.obase
-        if op >= 0 and obase is not None:
-            try:
-                self.wref[i] = op - obase
-                return
-            except OverflowError:
-                pass
+        if op >= 0 and obase is not None and _WIDE_WRITER < op - obase <= _I32_MAX:
+            self.wref[i] = op - obase
+            return
         self._set_writer_slow(i, op)
 
     def _set_writer_slow(self, i: int, op: int) -> None:
-        """``set_writer`` for an unknown writer, the first writer, or a 32-bit overflow."""
+        """``set_writer`` for an unknown writer, the first writer, or a 32-bit overflow (a
+        window whose writers span 2**31 op indices: kept exactly, by offset, on the side)."""
         if op < 0:
-            self.wref[i] = _NO_WRITER[self.wref.typecode]
+            self.wref[i] = _NO_WRITER
             return
         if self.obase is None:
             self.obase = op
-        try:
-            self.wref[i] = op - self.obase
-        except OverflowError:  # a window spanning 2**31 ops: widen to 64 bits
-            self.wref = array("q", [_NO_WRITER["q"] if w == _NO_WRITER["i"] else w
-                                    for w in self.wref])
-            self.wref[i] = op - self.obase
+        w = op - self.obase
+        if _WIDE_WRITER < w <= _I32_MAX:
+            self.wref[i] = w
+        else:
+            self.wref[i] = _WIDE_WRITER
+            self.wide_writers[self.base + i] = op
 
     def set_small(self, i: int, x: int) -> None:
         """Store a small int (a process, an offset distance) in an empty slot's ``atime``."""
-        try:
-            self.atime[i] = x
-        except OverflowError:
-            self.atime[i] = -1
+        self.set_ack(i, x if _I32_MIN <= x <= _I32_MAX or self.exact_time else -1)
 
     # -- value index ------------------------------------------------------------------------
     def read_ok_codes(self) -> set[int]:
@@ -480,7 +513,13 @@ class KeyState:
     def window_nbytes(self) -> int:
         """Bytes of the packed arrays: what grows with the offset window (per slot, chunk,
         index bucket)."""
-        return sum(memoryview(getattr(self, name)).nbytes for name in _ARRAYS)
+        return sum(memoryview(t).nbytes for t in self.tables())
+
+    def tables(self) -> tuple[Any, ...]:
+        """The packed tables, in ``TABLES`` order (``atime``: the vector in use)."""
+        atime = self.at64 if self.exact_time else self.at32
+        return (self.val, self.flg, self.wref, atime, self.ctime, self.amin, self.bmin,
+                self.index)
 
     def nbytes(self) -> int:
         """Approximate retained bytes: packed arrays plus side tables and their contents."""
@@ -500,7 +539,8 @@ class KeyState:
             "v": 3,
             "key": self.key,
             "scalars": tuple(getattr(self, name) for name in _SCALARS),
-            "arrays": tuple(_pack(name, getattr(self, name)) for name in _ARRAYS),
+            "arrays": tuple(_packed(t) for t in self.tables()),
+            "wide_writers": self.wide_writers,
             "vals": self.vals,
             "loose": self.loose,
             "pending_reads": self.pending_reads,
@@ -518,9 +558,8 @@ class KeyState:
         st = cls(body["key"])
         for name, v in zip(_SCALARS, body["scalars"], strict=True):
             setattr(st, name, v)
-        for name, (typecode, raw) in zip(_ARRAYS, body["arrays"], strict=True):
-            setattr(st, name, _unpack(name, typecode, raw))
-        st.inone = _NO_SLOT[st.index.typecode]
+        st.wide_writers = body.get("wide_writers", {})  # (version 2: filled by _load_tables)
+        st._load_tables(dict(zip(TABLES, body["arrays"], strict=True)))
         st.vals = body["vals"]
         st.loose = body["loose"]
         st.pending_reads = body["pending_reads"]
@@ -532,29 +571,47 @@ class KeyState:
             st.procs[p] = pp
         return st
 
+    def _load_tables(self, tables: dict[str, tuple[str, bytes]]) -> None:
+        """Tables as ``to_bytes`` packed them, or as version 2 did (arrays)."""
+        self.val, self.ctime = _vec64(tables["val"]), _vec64(tables["ctime"])
+        self.amin, self.bmin = _vec64(tables["amin"]), _vec64(tables["bmin"])
+        code, raw = tables["flg"]
+        self.flg = vec[i16](memoryview(raw).cast("h") if code == "h" else _flags_v2(raw))
+        code, raw = tables["atime"]
+        self.exact_time = code == "q"
+        if self.exact_time:
+            self.at64 = _vec64(tables["atime"])
+        else:
+            self.at32 = vec[i32](memoryview(raw).cast("i"))
+        code, raw = tables["wref"]
+        if code == "i":
+            self.wref = vec[i32](memoryview(raw).cast("i"))
+        else:  # version 2 widened a window's writers to 64 bits
+            wide = array("q", raw)
+            self.wref = _run32(len(wide), _NO_WRITER)
+            for i, w in enumerate(wide):
+                if w != -(1 << 63) and self.obase is not None:
+                    self.set_writer(i, w + self.obase)
+        code, raw = tables["index"]
+        self.index = array(code, raw)
+        self.inone = _NO_SLOT[code]
 
-_ARRAYS: Final = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
+
+TABLES: Final = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
 _SCALARS: Final = ("base", "compacted", "ibase", "iused", "frontier", "frontier_op", "late",
             "unseen_decided", "unseen_from", "max_time", "last_revealed", "obase", "tunit", "tbase")
 
 
-def _pack(name: str, a: Any) -> tuple[str, bytes]:
-    """(typecode, raw bytes) of one of the state's vectors or arrays."""
-    if name in _VEC64:
-        return "q", bytes(memoryview(a))
-    if name == "flg":
-        return "h", bytes(memoryview(a))
-    return a.typecode, a.tobytes()
+def _packed(table: Any) -> tuple[str, bytes]:
+    """(array typecode, raw bytes) of a vector or array: the form state stores keep."""
+    if isinstance(table, array):
+        return table.typecode, table.tobytes()
+    view = memoryview(table)
+    return _TYPECODE[view.itemsize], view.tobytes()
 
 
-def _unpack(name: str, typecode: str, raw: bytes) -> Any:
-    if name in _VEC64:
-        return vec[i64](memoryview(raw).cast("q"))
-    if name == "flg":
-        return vec[i16](memoryview(raw).cast("h") if typecode == "h" else _flags_v2(raw))
-    arr = array(typecode)
-    arr.frombytes(raw)
-    return arr
+def _vec64(packed: tuple[str, bytes]) -> vec[i64]:
+    return vec[i64](memoryview(packed[1]).cast("q"))
 
 
 def _flags_v2(raw: bytes) -> list[int]:
@@ -563,4 +620,4 @@ def _flags_v2(raw: bytes) -> list[int]:
     return [f & ~old_read_ok | (READ_OK if f & old_read_ok else 0) for f in array("H", raw)]
 
 
-_VEC64: Final = frozenset(("val", "ctime", "amin", "bmin"))
+_TYPECODE: Final = {8: "q", 4: "i", 2: "h"}  # a vector's item size -> its array typecode

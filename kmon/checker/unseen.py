@@ -57,7 +57,7 @@ def unseen_count(st: KeyState) -> int:
 
 def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
     """Give one ``unseen`` verdict to values acknowledged more than ``grace`` ago, still unread."""
-    flg, atime = st.flg, st.atime
+    flg = st.flg
     horizon = watermark - grace
     limit = st.units(horizon)
     start = st.unseen_from - st.base if st.unseen_from > st.base else 0
@@ -66,7 +66,7 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
     for i in range(start, len(flg)):
         f = flg[i]
         if _acked_unread(f) and not f & UNSEEN_DONE:
-            if 0 < atime[i] <= limit:
+            if 0 < st.ack(i) <= limit:
                 flg[i] = f | UNSEEN_DONE
                 if consumed is None:
                     consumed = st.read_ok_codes()

@@ -67,7 +67,7 @@ def _fill(st: KeyState, i: int, code: int, flags: int, writer: int, revealed: in
     st.val[i] = code
     st.flg[i] = flags
     st.set_writer(i, writer)
-    st.atime[i] = 0
+    st.set_ack(i, 0)
     if revealed > 0:
         st.reveal(i, revealed)
 

@@ -7,9 +7,9 @@ from array import array
 
 from kmon.checker import CheckConfig, Checker
 from kmon.checker.realtime_lag import first_ack_after
-from kmon.checker.state import _ARRAYS, INF, OCCUPIED, READ_OK, KeyState
+from kmon.checker.state import CHUNK, INF, OCCUPIED, READ_OK, TABLES, KeyState
 from kmon.synth import SynthConfig, healthy
-from tests.checker.helpers import history, poll, send
+from tests.checker.helpers import check, history, poll, send
 
 SECOND = 1_000_000_000
 
@@ -99,8 +99,7 @@ def test_late_read_within_grace_cancels_the_verdict():
 def _first_ack_scan(st: KeyState, pos: int) -> int:
     """``realtime_lag.first_ack_after`` by brute force: every occupied slot above ``pos``."""
     start = max(pos + 1 - st.base, 0)
-    acks = [st.atime[i] for i in range(start, len(st.atime))
-            if st.atime[i] and st.flg[i] & OCCUPIED]
+    acks = [st.ack(i) for i in range(start, len(st.val)) if st.ack(i) and st.flg[i] & OCCUPIED]
     return min(acks, default=INF)
 
 
@@ -126,12 +125,12 @@ def _as_version_2(data: bytes) -> bytes:
     """A state serialized as the previous release did: flags as unsigned 16-bit ints with
     READ_OK in bit 15."""
     body = pickle.loads(data)
-    arrays = dict(zip(_ARRAYS, body["arrays"], strict=True))
+    arrays = dict(zip(TABLES, body["arrays"], strict=True))
     flags = array("h", arrays["flg"][1])
     old = array("H", [f & ~READ_OK | (1 << 15 if f & READ_OK else 0) for f in flags])
     arrays["flg"] = ("H", old.tobytes())
     body["v"] = 2
-    body["arrays"] = tuple(arrays[name] for name in _ARRAYS)
+    body["arrays"] = tuple(arrays[name] for name in TABLES)
     return pickle.dumps(body, protocol=5)
 
 
@@ -142,3 +141,37 @@ def test_state_saved_by_the_previous_release_loads():
     for st in checker.keys.values():
         assert any(f & READ_OK for f in st.flg)
         assert KeyState.from_bytes(_as_version_2(st.to_bytes())).to_bytes() == st.to_bytes()
+
+
+def test_writers_far_apart_in_op_indices_are_reported_exactly():
+    # Writer indices are kept relative to the key's first writer in 32 bits; writers more than
+    # 2**31 indices away are kept exactly on the side.
+    far = 1 << 40
+    h = history((0, "ok", "send", [send(1, 4, 0)]), (0, "fail", "send", [send(1, 5, 1)]),
+                (1, "ok", "poll", [poll({1: [(0, 4), (1, 5)]})]))
+    for later in h[2:]:
+        later.index += far
+    assert check(h).errors["G1a"] == [
+        {"key": 1, "value": 5, "offset": 1, "writer": 3 + far, "reader": 5 + far}]
+
+
+def test_far_writers_survive_serialization_compaction_and_the_previous_format():
+    far = 1 << 40
+    st = KeyState("k", compact=True)
+    st.slot(0)
+    st.slot(CHUNK)
+    for i, op in ((0, 7), (1, 7 + far), (CHUNK, 9 + far)):
+        st.set_writer(i, op)
+    again = KeyState.from_bytes(st.to_bytes())
+    assert [again.writer(i) for i in (0, 1, 2, CHUNK)] == [7, 7 + far, -1, 9 + far]
+    # version 2 widened the whole window's writers to 64 bits instead
+    body = pickle.loads(st.to_bytes())
+    tables = dict(zip(TABLES, body["arrays"], strict=True))
+    wide = [-(1 << 63) if st.writer(i) < 0 else st.writer(i) - 7 for i in range(len(st.val))]
+    tables["wref"] = ("q", array("q", wide).tobytes())
+    body.update(v=2, arrays=tuple(tables[name] for name in TABLES))
+    del body["wide_writers"]
+    old = KeyState.from_bytes(pickle.dumps(body))
+    assert [old.writer(i) for i in (0, 1, 2, CHUNK)] == [7, 7 + far, -1, 9 + far]
+    again.drop_front(CHUNK)
+    assert again.writer(0) == 9 + far and list(again.wide_writers) == [CHUNK]
