@@ -40,6 +40,7 @@ from kmon.checker.state import (
     W_FAIL,
     W_INFO,
     W_OK,
+    Consumed,
     KeyState,
 )
 
@@ -83,18 +84,16 @@ def decide(st: KeyState, watermark: int, sink: Sink) -> None:
     if not st.cands:
         return
     keep = []
-    consumed: set[int] | None = None  # values an ok read consumed anywhere: one scan per call
+    consumed = Consumed(st)
     for cand in st.cands:
         if cand[0] > watermark:
             keep.append(cand)
         else:
-            if consumed is None:
-                consumed = st.read_ok_codes()
             _verdict(st, cand[1], cand[2], consumed, sink)
     st.cands = keep
 
 
-def _verdict(st: KeyState, off: int, reader: int, consumed: set[int], sink: Sink) -> None:
+def _verdict(st: KeyState, off: int, reader: int, consumed: Consumed, sink: Sink) -> None:
     i = off - st.base
     f = st.flg[i]
     st.flg[i] = (f & ~CAND) | DECIDED

@@ -80,6 +80,28 @@ _GROW_BELOW_LIMIT: Final = 1 << 20  # how far below base a young key may still g
 
 # ProcPos's fields, named once for its slots and its serialized form (compiled classes do not
 # expose ``__slots__``).
+_SCANS_BEFORE_A_SET: Final = 8
+
+
+class Consumed:
+    """``code in Consumed(st)``: did an ok read consume the value at any slot? For the absence
+    verdicts of one ``advance``: the first few questions scan the window (a steady healthy
+    window has a few aborted writes due per advance), after that one set answers the rest."""
+
+    def __init__(self, st: KeyState) -> None:
+        self.st = st
+        self.asked = 0
+        self.codes: set[int] | None = None
+
+    def __contains__(self, code: int) -> bool:
+        if self.codes is None:
+            self.asked += 1
+            if self.asked <= _SCANS_BEFORE_A_SET:
+                return self.st.read_ok_at_any_slot(code)
+            self.codes = self.st.read_ok_codes()
+        return code in self.codes
+
+
 _PROC_FIELDS: Final = (
     "lag_pos", "poll_off", "poll_op", "poll_val", "send_off", "send_op", "send_val", "time"
 )
@@ -377,10 +399,17 @@ class KeyState:
         self.set_ack(i, x if _I32_MIN <= x <= _I32_MAX or self.exact_time else -1)
 
     # -- value index ------------------------------------------------------------------------
+    def read_ok_at_any_slot(self, code: int) -> bool:
+        """Whether a committed (ok) read consumed ``code`` at some slot. A value acknowledged at
+        a wrong offset sits at two slots, and the index knows only the first: a scan."""
+        val, flg = self.val, self.flg
+        for i in range(len(val)):
+            if val[i] == code and flg[i] & READ_OK and flg[i] & OCCUPIED:
+                return True
+        return False
+
     def read_ok_codes(self) -> set[int]:
-        """Values a committed (ok) read consumed at some slot. A value acknowledged at a wrong
-        offset sits at two slots, and the index knows only the first: a scan, for the rare
-        absence verdicts."""
+        """Every value a committed (ok) read consumed at some slot (see read_ok_at_any_slot)."""
         val, flg = self.val, self.flg
         return {val[i] for i in range(len(flg)) if flg[i] & READ_OK and flg[i] & OCCUPIED}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kmon.checker.sink import Sink
-from kmon.checker.state import OCCUPIED, READ_OK, UNSEEN_DONE, W_OK, KeyState
+from kmon.checker.state import OCCUPIED, READ_OK, UNSEEN_DONE, W_OK, Consumed, KeyState
 
 
 def _acked_unread(f: int) -> bool:
@@ -24,12 +24,10 @@ def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
     out: list[tuple[Any, int | None]] = []
     seen: set[int] = set()
     flg, val, base = st.flg, st.val, st.base
-    consumed: set[int] | None = None
+    consumed = Consumed(st)
     for i in range(len(flg)):
         f = flg[i]
         if _acked_unread(f) and val[i] not in seen and st.find(val[i]) == base + i:
-            if consumed is None:
-                consumed = st.read_ok_codes()
             if val[i] in consumed:  # read at another slot: where it really is in the log
                 continue
             seen.add(val[i])
@@ -62,14 +60,12 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
     limit = st.units(horizon)
     start = st.unseen_from - st.base if st.unseen_from > st.base else 0
     settled = True  # everything scanned so far is read, judged, or not acknowledged
-    consumed: set[int] | None = None
+    consumed = Consumed(st)
     for i in range(start, len(flg)):
         f = flg[i]
         if _acked_unread(f) and not f & UNSEEN_DONE:
             if 0 < st.ack(i) <= limit:
                 flg[i] = f | UNSEEN_DONE
-                if consumed is None:
-                    consumed = st.read_ok_codes()
                 if st.val[i] in consumed:  # read at another slot: where it really is
                     continue
                 sink.unseen.append((st.key, st.value(st.val[i]), st.base + i,
