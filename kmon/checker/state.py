@@ -94,6 +94,9 @@ class Consumed:
         self.codes: set[int] | None = None
 
     def __contains__(self, code: int) -> bool:
+        """Whether a slot other than the value's home consumed it (callers check the home)."""
+        if not self.st.twins:
+            return False
         if self.codes is None:
             self.asked += 1
             if self.asked <= _SCANS_BEFORE_A_SET:
@@ -190,6 +193,7 @@ class KeyState:
         "procs",
         "tbase",
         "tunit",
+        "twins",
         "unseen_decided",
         "unseen_from",
         "val",
@@ -236,6 +240,9 @@ class KeyState:
         self.unseen_decided = 0  # acked values given an unseen verdict and compacted
         self.unseen_from = 0  # no undecided acknowledged-unread value below this offset
         self.max_time = 0
+        # Values put in a slot while held at another (never decreases): while 0, a value's
+        # home slot is the only one holding it, and no absence verdict needs a window scan.
+        self.twins = 0
 
     # -- values ---------------------------------------------------------------------------
     def code(self, v: Any) -> int:
@@ -585,8 +592,11 @@ class KeyState:
         if version not in (2, 3):
             raise ValueError(f"unknown key state version {version!r}")
         st = cls(body["key"])
-        for name, v in zip(_SCALARS, body["scalars"], strict=True):
+        names = _SCALARS if version == 3 else _SCALARS[:-1]
+        for name, v in zip(names, body["scalars"], strict=True):
             setattr(st, name, v)
+        if version == 2:
+            st.twins = 1  # not counted then: assume some, so verdicts scan
         st.wide_writers = body.get("wide_writers", {})  # (version 2: filled by _load_tables)
         st._load_tables(dict(zip(TABLES, body["arrays"], strict=True)))
         st.vals = body["vals"]
@@ -627,8 +637,10 @@ class KeyState:
 
 
 TABLES: Final = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
+# (twins last: version 2 states end before it)
 _SCALARS: Final = ("base", "compacted", "ibase", "iused", "frontier", "frontier_op", "late",
-            "unseen_decided", "unseen_from", "max_time", "last_revealed", "obase", "tunit", "tbase")
+                   "unseen_decided", "unseen_from", "max_time", "last_revealed", "obase", "tunit",
+                   "tbase", "twins")
 
 
 def _packed(table: Any) -> tuple[str, bytes]:

@@ -64,6 +64,8 @@ def read_bits(fr: Fragment) -> int:
 
 
 def _fill(st: KeyState, i: int, code: int, flags: int, writer: int, revealed: int) -> None:
+    if st.find(code) not in (-1, st.base + i):
+        st.twins += 1  # the value now sits at two slots: absence verdicts must look for both
     st.val[i] = code
     st.flg[i] = flags
     st.set_writer(i, writer)
