@@ -80,31 +80,6 @@ _GROW_BELOW_LIMIT: Final = 1 << 20  # how far below base a young key may still g
 
 # ProcPos's fields, named once for its slots and its serialized form (compiled classes do not
 # expose ``__slots__``).
-_SCANS_BEFORE_A_SET: Final = 8
-
-
-class Consumed:
-    """``code in Consumed(st)``: did an ok read consume the value at any slot? For the absence
-    verdicts of one ``advance``: the first few questions scan the window (a steady healthy
-    window has a few aborted writes due per advance), after that one set answers the rest."""
-
-    def __init__(self, st: KeyState) -> None:
-        self.st = st
-        self.asked = 0
-        self.codes: set[int] | None = None
-
-    def __contains__(self, code: int) -> bool:
-        """Whether a slot other than the value's home consumed it (callers check the home)."""
-        if not self.st.twins:
-            return False
-        if self.codes is None:
-            self.asked += 1
-            if self.asked <= _SCANS_BEFORE_A_SET:
-                return self.st.read_ok_at_any_slot(code)
-            self.codes = self.st.read_ok_codes()
-        return code in self.codes
-
-
 _PROC_FIELDS: Final = (
     "lag_pos", "poll_off", "poll_op", "poll_val", "send_off", "send_op", "send_val", "time"
 )
@@ -149,6 +124,31 @@ def _run32(n: int, fill: int) -> vec[i32]:
 
 def _run16(n: int, fill: int) -> vec[i16]:
     return vec[i16]([fill] * n)
+
+
+_SCANS_BEFORE_A_SET: Final = 8
+
+
+class Consumed:
+    """``code in Consumed(st)``: did an ok read consume the value at any slot? For the absence
+    verdicts of one ``advance``: the first few questions scan the window (a steady healthy
+    window has a few aborted writes due per advance), after that one set answers the rest."""
+
+    def __init__(self, st: KeyState) -> None:
+        self.st = st
+        self.asked = 0
+        self.codes: set[int] | None = None
+
+    def __contains__(self, code: int) -> bool:
+        """Whether a slot other than the value's home consumed it (callers check the home)."""
+        if not self.st.twins:
+            return False
+        if self.codes is None:
+            self.asked += 1
+            if self.asked <= _SCANS_BEFORE_A_SET:
+                return self.st.read_ok_at_any_slot(code)
+            self.codes = self.st.read_ok_codes()
+        return code in self.codes
 
 
 # Byte value -> 1 if it has an OCCUPIED bit (both live in a flag's low byte), else 0.
@@ -403,7 +403,8 @@ class KeyState:
 
     def set_small(self, i: int, x: int) -> None:
         """Store a small int (a process, an offset distance) in an empty slot's ``atime``."""
-        self.set_ack(i, x if _I32_MIN <= x <= _I32_MAX or self.exact_time else -1)
+        lo, hi = (-INF - 1, INF) if self.exact_time else (_I32_MIN, _I32_MAX)
+        self.set_ack(i, x if lo <= x <= hi else -1)
 
     # -- value index ------------------------------------------------------------------------
     def read_ok_at_any_slot(self, code: int) -> bool:
