@@ -284,6 +284,8 @@ class Monitor:
                 q.stop()
             except Exception:  # already failed: nothing to stop
                 log.debug("stopping %s", q.name, exc_info=True)
+        if self.outputs is not None:
+            self.outputs.close()
         if self.server is not None:
             self.server[0].shutdown()
             self.server[0].server_close()

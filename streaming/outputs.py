@@ -114,6 +114,19 @@ class Outputs:
         self._errors: list[str] = []
         self.restored = False
         self.key_state_bytes: dict[str, int] = {}  # serialized state per key (diagnostics)
+        self.closed = False
+
+    def close(self) -> None:
+        """The monitor stopped its queries: wait for a batch handler or progress report still
+        running, then refuse later ones. A stopped query's last callbacks can outlive stop()
+        (progress reports arrive through Spark's asynchronous listener bus); a monitor started
+        again on the same checkpoint would then race this one's numbered snapshots."""
+        waited = self.lock.acquire(timeout=self.flush_timeout_s + 10)
+        self.closed = True
+        if waited:
+            self.lock.release()
+        else:
+            log.warning("outputs closed while a batch handler still holds them")
 
     # -- restart ----------------------------------------------------------------------------
     def restore(self) -> dict[str, Any] | None:
@@ -146,6 +159,9 @@ class Outputs:
 
     def handle(self, stage: str, batch_id: int, rows: list[Any]) -> None:
         with self.lock:
+            if self.closed:  # the monitor stopped: this batch is not committed, it is replayed
+                raise BatchInterrupted(f"py4j.protocol.Py4JJavaError: {stage} batch {batch_id}"
+                                       f"\n: {_INTERRUPTIONS[0]}: the monitor stopped")
             if batch_id <= self.done[stage]:
                 log.info("%s batch %d is a replay: already delivered and counted", stage,
                          batch_id)
@@ -226,6 +242,8 @@ class Outputs:
     def progress(self, stage: str, p: Any) -> None:
         """A query's progress report (``StreamingQueryProgress``-like, dict access)."""
         with self.lock:
+            if self.closed:
+                return  # a stopped monitor's late report: the next monitor counts its own
             batch = int(p["batchId"])
             counted = stage == KEYS and batch > self.done["progress"]
             events = int(p.get("numInputRows") or 0) if counted else 0

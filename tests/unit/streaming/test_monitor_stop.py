@@ -29,7 +29,7 @@ def _started(producer: FakeProducer, handed_in: bool) -> Monitor:
                                "checkpoint": "/nonexistent/ck"})
     m = Monitor(cfg, producer=producer if handed_in else None)
     # What start() does with the producer (without a SparkSession).
-    m.outputs = SimpleNamespace(producer=producer)
+    m.outputs = SimpleNamespace(producer=producer, close=lambda: producer.calls.append("outputs"))
     if not handed_in:
         m._made_producer = producer
     return m
@@ -42,19 +42,19 @@ def _stopped(producer: FakeProducer, handed_in: bool) -> None:
 def test_the_producer_the_monitor_made_is_purged_then_closed() -> None:
     p = FakeProducer()
     _stopped(p, handed_in=False)
-    assert p.calls == ["purge", "close"]
+    assert p.calls == ["outputs", "purge", "close"]  # the outputs closed before their producer
 
 
 def test_a_producer_handed_in_is_left_open() -> None:
     p = FakeProducer()
     _stopped(p, handed_in=True)
-    assert p.calls == []
+    assert p.calls == ["outputs"]
 
 
 def test_a_failing_close_does_not_fail_the_stop() -> None:
     p = FakeProducer(fail=True)
     _stopped(p, handed_in=False)
-    assert p.calls == ["purge", "close"]
+    assert p.calls == ["outputs", "purge", "close"]
 
 
 def test_a_second_stop_does_not_close_again() -> None:
@@ -62,4 +62,4 @@ def test_a_second_stop_does_not_close_again() -> None:
     m = _started(p, handed_in=False)
     m.stop()
     m.stop()  # as the supervisor does after a failed restart
-    assert p.calls == ["purge", "close"]
+    assert p.calls == ["outputs", "purge", "close", "outputs"]  # closing outputs is idempotent

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 import pytest
 
@@ -213,3 +214,42 @@ def test_other_batch_errors_pass_unchanged(tmp_path) -> None:
         out.txn_batch(frame, 0)
     assert interruption(ValueError("no newline")) is None
     assert interruption(FakeJavaError("calling x\n: java.lang.OutOfMemoryError")) is None
+
+
+class BlockingProducer(FakeProducer):
+    """A flush that waits until the test lets it finish."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushing = threading.Event()
+        self.release = threading.Event()
+
+    def flush(self, timeout):
+        self.flushing.set()
+        self.release.wait(10)
+        return super().flush(timeout)
+
+
+def test_close_waits_for_a_running_batch_then_refuses_later_callbacks(tmp_path) -> None:
+    # A stopped query's last callbacks can outlive stop(); a monitor restarted on the same
+    # checkpoint must not race them for the next snapshot number.
+    producer = BlockingProducer()
+    out = _outputs(tmp_path, producer=producer)
+    running = threading.Thread(target=out.handle, args=(KEYS, 0, [_evidence("a")]))
+    running.start()
+    assert producer.flushing.wait(10)
+    closing = threading.Thread(target=out.close)
+    closing.start()
+    closing.join(0.3)
+    assert closing.is_alive()  # waits for the batch in flight
+    producer.release.set()
+    running.join(10)
+    closing.join(10)
+    assert not closing.is_alive() and out.closed
+    snapshots = sorted(p.name for p in (tmp_path / "metrics").iterdir())
+    assert len(snapshots) == 1  # the batch in flight finished and was counted
+    with pytest.raises(BatchInterrupted, match="the monitor stopped"):
+        out.handle(KEYS, 1, [_evidence("b")])
+    out.progress(KEYS, {"batchId": 1, "numInputRows": 10, "durationMs": {}})
+    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == snapshots
+    assert [s[1] for s in producer.sent] == ["a"]
