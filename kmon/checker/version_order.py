@@ -64,8 +64,6 @@ def read_bits(fr: Fragment) -> int:
 
 
 def _fill(st: KeyState, i: int, code: int, flags: int, writer: int, revealed: int) -> None:
-    if st.find(code) not in (-1, st.base + i):
-        st.twins += 1  # the value now sits at two slots: absence verdicts must look for both
     st.val[i] = code
     st.flg[i] = flags
     st.set_writer(i, writer)
@@ -148,6 +146,7 @@ def _settle_read(
         if not st.flg[j] & READ:
             _first_read(st, st.revealed_ns(j), t, sink)
         st.flg[j] |= rb
+        st.twins += 1  # the value now sits at two slots: absence verdicts must look for both
         _fill(st, i, code, VER | rb | (st.flg[j] & _WRITER_BITS), st.writer(j), 0)
         return
     rec = st.loose.get(code)
@@ -258,6 +257,7 @@ def _settle_send(
         if ok and st.flg[j] & VER:
             duplicate(st, code, home, off, sink)
         _teach_writer(st, j, wflags, fr.op, 0)
+        st.twins += 1  # the value now sits at two slots: absence verdicts must look for both
         _fill(st, i, code, flags | (st.flg[j] & READ_BITS), fr.op, revealed)
         return i
     rec = st.loose.pop(code, None)
