@@ -175,7 +175,6 @@ class KeyState:
         "cands",
         "compacted",
         "ctime",
-        "exact_time",
         "flg",
         "frontier",
         "frontier_op",
@@ -213,7 +212,6 @@ class KeyState:
         self.obase: int | None = None
         # atime (see ``ack``), ack time in units (0: none): exact nanoseconds in 64 bits offline,
         # milliseconds in 32 bits in a compact state. The other vector stays empty.
-        self.exact_time = not compact
         self.at32: vec[i32] = vec[i32]()
         self.at64: vec[i64] = vec[i64]()
         self.tunit = MS if compact else 1
@@ -333,6 +331,11 @@ class KeyState:
 
     def ns(self, units: int) -> int:
         return (units - 1) * self.tunit + (self.tbase or 0)
+
+    @property
+    def exact_time(self) -> bool:
+        """Offline (not compact): ack times in exact nanoseconds, in ``at64``."""
+        return self.tunit == 1
 
     def ack(self, i: int) -> int:
         """Slot ``i``'s ``atime``: when its offset was first revealed, in units (0: never); in
@@ -617,12 +620,10 @@ class KeyState:
         self.amin, self.bmin = _vec64(tables["amin"]), _vec64(tables["bmin"])
         code, raw = tables["flg"]
         self.flg = vec[i16](memoryview(raw).cast("h") if code == "h" else _flags_v2(raw))
-        code, raw = tables["atime"]
-        self.exact_time = code == "q"
-        if self.exact_time:
+        if self.exact_time:  # (tunit, a scalar, is loaded first)
             self.at64 = _vec64(tables["atime"])
         else:
-            self.at32 = vec[i32](memoryview(raw).cast("i"))
+            self.at32 = vec[i32](memoryview(tables["atime"][1]).cast("i"))
         code, raw = tables["wref"]
         if code == "i":
             self.wref = vec[i32](memoryview(raw).cast("i"))
