@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from kmon.history import loads
 from kmon.probes import clients as C
 from kmon.probes import config as probe_config
 from kmon.probes.metrics import ProbeMetrics
@@ -28,12 +29,15 @@ from kmon.probes.workload import Workload
 
 
 @pytest.fixture
-def workload(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Workload]:
+def workload(kafka_bootstrap: str, tmp_path: Path,
+             request: pytest.FixtureRequest) -> Iterator[Workload]:
+    """A one-key probe workload; a test's ``workload_settings`` mark adds settings."""
     tag = uuid.uuid4().hex[:6]
+    mark = request.node.get_closest_marker("workload_settings")
     cfg = probe_config.load(env={}, overrides={
         "kafka.bootstrap.servers": kafka_bootstrap, "name": f"start{tag}", "partitions": "1",
         "live_keys": "1", "events.enabled": "false", "history": str(tmp_path / "h.jsonl"),
-        "metrics.port": "0"})
+        "metrics.port": "0", **(mark.kwargs if mark else {})})
     wl = Workload(cfg, ProbeMetrics(), io.StringIO())
     wl.keyspace.start()
     yield wl
@@ -90,6 +94,52 @@ def test_a_reassign_while_an_offset_commit_is_pending_starts_at_the_committed_of
         proc.close_clients()
         committer.close()
     assert offsets[:10] == list(range(20, 30))
+
+
+def _pending_offset_commit(bootstrap: str, topic: str, partition: int, group: str,
+                           committed: int, pending: int, after: float) -> threading.Timer:
+    """The group's offset committed at ``committed``; a transaction holds it pending at
+    ``pending`` and commits ``after`` seconds on (the returned timer)."""
+    committer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    committer.commit(offsets=[TopicPartition(topic, partition, committed)], asynchronous=False)
+    txn = Producer({"bootstrap.servers": bootstrap,
+                    "transactional.id": f"start-{uuid.uuid4().hex[:6]}"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.send_offsets_to_transaction([TopicPartition(topic, partition, pending)],
+                                    committer.consumer_group_metadata(), 30)
+    committer.close()
+    timer = threading.Timer(after, txn.commit_transaction, args=(30,))
+    timer.start()
+    return timer
+
+
+@pytest.mark.workload_settings(op_timeout="1.5")
+def test_a_catch_up_read_retries_an_assign_that_timed_out(
+    kafka_bootstrap: str, workload: Workload,
+) -> None:
+    """The probe's final read after a leader pause once gave up on its one assign, whose
+    committed-offset lookup timed out, and left acked values unread. Here the lookup times
+    out on a pending offset commit (waited for up to ``op_timeout``) until it commits."""
+    key, topic, partition = _filled_key(kafka_bootstrap, workload, 30)
+    timer = _pending_offset_commit(kafka_bootstrap, topic, partition,
+                                   f"{workload.cfg.topic_prefix}-assign", 10, 20, after=4.0)
+    proc = Process(0, workload, random.Random(0))
+    try:
+        polls = proc.catch_up(20.0, lambda: False)
+    finally:
+        timer.join()
+        proc.close_clients()
+    history = workload.recorder.history
+    assert isinstance(history, io.StringIO)
+    ops = [o for o in loads(history.getvalue(), "jsonl") if o.type != "invoke"]
+    assigns = [o.type for o in ops if o.f == "assign"]
+    assert assigns[0] == "info", "the first assign did not time out"
+    assert assigns[-1] == "ok"
+    assert polls > 0
+    read = [off for o in ops if o.f == "poll" and o.type == "ok"
+            for k, rs in o.value[0][1].items() if str(k) == str(key) for off, _ in rs]
+    assert read == list(range(20, 30))
 
 
 def test_a_key_nobody_committed_starts_at_the_log_start(
