@@ -21,9 +21,7 @@ import numpy as np
 import pandas as pd
 
 from kmon.checker.fragment import Fragment
-
-# decode.SEND ... (no Spark import here)
-SEND, READ, ASSIGNED, REBALANCED, READ_STR, DEAD = 0, 1, 2, 3, 4, 9
+from kmon.checker.parts import READ, READ_STR, PartColumns, from_columns
 
 _PER_PART = ("idx", "pos", "proc", "type", "f", "t", "it", "kind", "sv", "ss", "so", "nw",
              "topic", "part", "r_len")
@@ -80,58 +78,6 @@ def fragments(key: Any, frames: Iterable[pd.DataFrame]) -> tuple[list[Fragment],
                                                                  tuple[str, int | None] | None]:
     """The fragments in one key's packed rows, in op-index order, and the latest placement."""
     cols = columns(frames)
-    n = len(cols["idx"])
-    if not n:
+    if not len(cols["idx"]):
         return [], None
-    per = [cols[c].tolist() for c in _PER_PART]
-    r_off, r_val = cols["r_off"].tolist(), cols["r_val"].tolist()
-    r_str, r_vs = cols["r_str"].tolist(), cols["r_vs"].tolist()
-    ordered = "r_off@" in cols
-    if ordered:
-        at_off, at_val, at_str = (cols[f"{c}@"].tolist() for c in ("r_off", "r_val", "r_str"))
-    o = v = s = 0  # running positions in the flat read columns (when in pack order)
-    out: list[Fragment] = []
-    fr: Fragment | None = None
-    placement = None
-    for i, (idx, _pos, proc, ty, f, t, it, kind, sv, ss, so, nw, topic, part, ln) in enumerate(
-            zip(*per, strict=True)):
-        if fr is None or fr.op != idx:
-            # split() counts the op's writes on keys it sent to or read, not on keys only
-            # assigned or rebalanced (an op's parts come sends, reads, then those).
-            fr = Fragment(key, idx, proc, ty, f, t, it,
-                          n_writes=nw if kind in (SEND, READ, READ_STR) else 0)
-            out.append(fr)
-        if kind == SEND:
-            send = (sv if ss is None else ss, so if so >= 0 else None)
-            if fr.sends is None:
-                fr.sends = [send]
-            else:
-                fr.sends.append(send)
-        elif kind in (READ, READ_STR):
-            if ordered:
-                o = at_off[i]
-            offs = r_off[o:o + ln]
-            o += ln
-            if kind == READ:
-                if ordered:
-                    v = at_val[i]
-                vals = r_val[v:v + ln]
-                v += ln
-            else:
-                if ordered:
-                    s = at_str[i]
-                vals = [int(x) if y is None else y
-                        for x, y in zip(r_vs[s:s + ln], r_str[s:s + ln], strict=True)]
-                s += ln
-            pairs = list(zip(offs, vals, strict=True))
-            if fr.reads is None:
-                fr.reads = pairs
-            else:
-                fr.reads.extend(pairs)
-        elif kind == ASSIGNED:
-            fr.assigned = True
-        elif kind == REBALANCED:
-            fr.rebalanced = True
-        if topic is not None:
-            placement = (topic, part if part >= 0 else None)
-    return out, placement
+    return from_columns(key, PartColumns({c: a.tolist() for c, a in cols.items()}))

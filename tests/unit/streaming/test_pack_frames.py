@@ -12,12 +12,12 @@ import random
 import pyarrow as pa
 
 from kmon.checker.fragment import split
+from kmon.checker.parts import ASSIGNED, DEAD, READ, READ_STR, REBALANCED, SEND
 from kmon.history.model import KeyPlacement, Op, OpMeta, Rebalance
 from kmon.streaming import frames, pack
 from kmon.synth import SynthConfig, healthy
 from tests.unit.streaming.cases import CASES
 
-SEND, READ, ASSIGNED, REBALANCED, READ_STR, DEAD = 0, 1, 2, 3, 4, 9
 SCHEMA = pa.schema([
     ("probe", pa.string()), ("kl", pa.int64()), ("ks", pa.string()), ("idx", pa.int64()),
     ("proc", pa.int64()), ("type", pa.string()), ("f", pa.string()), ("t", pa.int64()),
