@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from kmon.checker.anomaly import Anomaly
@@ -129,7 +130,7 @@ def _hashable(x: Any) -> Any:
 def evidence(
     *, rid: str, verdict: str, update: bool, type: str, probe: str, key: Any, topic: str,
     partition: int | None, record: dict[str, Any], decided_ns: int,
-    ops: dict[int, tuple[Any, int]] | None = None, stage: str = "key",
+    ops: Mapping[int, tuple[Any, int]] | None = None, stage: str = "key",
     decider: int | None = None,
 ) -> dict[str, Any]:
     """The evidence record (without ``detected_at``, which the driver stamps on emission).
@@ -138,7 +139,7 @@ def evidence(
     op whose fragment revealed the anomaly, listed with the ops the record names.
     """
     offsets, values = offsets_values(record)
-    known = ops or {}
+    known = ops if ops is not None else {}
     involved = ops_of(record)
     if decider is not None and decider not in involved:
         involved.append(decider)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import pickle
 import traceback
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +109,7 @@ class KeyFold:
         sink = Sink()
         cfg = self.settings.fold_config()
         frags.sort(key=_op_index)
-        ops = {fr.op: (fr.process, fr.time) for fr in frags}
+        ops = _OpsOf(frags)
         e2e: list[int] = []
         for fr in frags:
             try:
@@ -150,7 +151,7 @@ class KeyFold:
         return max(-(-due // 1_000_000), watermark_ns // 1_000_000 + 1)
 
     # -- helpers --------------------------------------------------------------------------
-    def _advance(self, watermark_ns: int, sink: Sink, out: list, ops: dict) -> None:
+    def _advance(self, watermark_ns: int, sink: Sink, out: list, ops: Mapping) -> None:
         if watermark_ns <= 0:
             return
         st = self.st
@@ -166,14 +167,14 @@ class KeyFold:
         for p in [p for p in self.lags if p not in live]:
             del self.lags[p]  # the fold forgot an idle consumer: so does the lag gauge
 
-    def _drain(self, sink: Sink, out: list, t: int, ops: dict, decider: int) -> None:
+    def _drain(self, sink: Sink, out: list, t: int, ops: Mapping, decider: int) -> None:
         for a in sink.anomalies:
             self._anomaly(a, t, out, ops, decider)
         sink.anomalies.clear()
         self._unseen(sink, out)
         self._facts(sink, out, None)
 
-    def _anomaly(self, a: Any, decided: int, out: list, ops: dict,
+    def _anomaly(self, a: Any, decided: int, out: list, ops: Mapping,
                  decider: int | None = None) -> None:
         rid, verdict, update = self.verdicts.classify(self.probe, a)
         key = a.record.get("key", self.st.key)
@@ -201,8 +202,8 @@ class KeyFold:
         # Key and value as JSON text: stage 2 parses facts in the JVM, and they keep their types.
         for f in sink.facts:
             self.facts.append({
-                "kind": f.kind, "writer": f.writer, "key": ev.to_json(f.key),
-                "value": ev.to_json(f.value), "offset": f.offset, "outcome": f.outcome,
+                "kind": f.kind, "writer": f.writer, "key": _json_text(f.key),
+                "value": _json_text(f.value), "offset": f.offset, "outcome": f.outcome,
                 "time": f.time, "probe": self.probe, "topic": self.topic,
                 "partition": self.partition})
         sink.facts.clear()
@@ -247,6 +248,11 @@ class KeyFold:
         return row
 
 
+def _json_text(x: Any) -> str:
+    """``x`` as JSON text; an int (the probes' keys and values) without the encoder's cost."""
+    return str(x) if type(x) is int else ev.to_json(x)
+
+
 def timer_to_keep(old_ms: int | None, new_ms: int | None, watermark_ns: int) -> int | None:
     """The timer a key should have registered, given the one it has (``old_ms``) and what it
     needs now (``new_ms``, from ``next_timer_ms``).
@@ -263,6 +269,29 @@ def timer_to_keep(old_ms: int | None, new_ms: int | None, watermark_ns: int) -> 
 
 def _op_index(fr: Fragment) -> int:
     return fr.op
+
+
+class _OpsOf(Mapping[int, tuple[Any, int]]):
+    """Op index -> (process, time) of a batch's fragments, for evidence; built on first use,
+    as most batches have no evidence to write."""
+
+    def __init__(self, frags: list[Fragment]) -> None:
+        self._frags = frags
+        self._map: dict[int, tuple[Any, int]] | None = None
+
+    def _built(self) -> dict[int, tuple[Any, int]]:
+        if self._map is None:
+            self._map = {fr.op: (fr.process, fr.time) for fr in self._frags}
+        return self._map
+
+    def __getitem__(self, op: int) -> tuple[Any, int]:
+        return self._built()[op]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._built())
 
 
 def _first_unseen_deadline(st: KeyState, grace: int) -> int:
