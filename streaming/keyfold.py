@@ -111,18 +111,16 @@ class KeyFold:
         frags.sort(key=_op_index)
         ops = _OpsOf(frags)
         e2e: list[int] = []
-        for fr in frags:
-            try:
-                fold.apply(self.st, fr, cfg, sink)
-            except Exception as exc:  # a bug or an unforeseen shape: dead-letter, go on
-                out.append(self._fold_error(fr, exc))
+        errors: list[tuple[Fragment, Exception]] = []
+        i = 0
+        while i < len(frags):
+            i = fold.apply_run(self.st, frags, i, cfg, sink, self.lags, e2e, errors)
+            for bad, exc in errors:  # a bug or an unforeseen shape: dead-letter, go on
+                out.append(self._fold_error(bad, exc))
+            errors.clear()
             if sink.anomalies or sink.unseen or sink.facts:
+                fr = frags[i - 1]
                 self._drain(sink, out, fr.time, ops, fr.op)
-            if sink.lags:
-                self._lags(sink)
-            if sink.e2e:
-                e2e.extend(d for _, d in sink.e2e)
-                sink.e2e.clear()
         self._advance(watermark_ns, sink, out, ops)
         self._flush_facts(out, watermark_ns)
         out.append(self._stats(len(frags), e2e))
@@ -217,14 +215,6 @@ class KeyFold:
             out.append(self._row(FACT, writer=len(self.facts), body=ev.to_json(self.facts)))
             self.facts = []
 
-    def _lags(self, sink: Sink) -> None:
-        lags = self.lags
-        for invoke_time, process, _key, lag in sink.lags:
-            prev = lags.get(process)
-            if prev is None or invoke_time >= prev[0]:
-                lags[process] = (invoke_time, lag)
-        sink.lags.clear()
-
     def _stats(self, n: int, e2e: list[int]) -> dict[str, Any]:
         bounds = self.settings.e2e_buckets_ns
         counts = [0] * (len(bounds) + 1)
@@ -237,7 +227,7 @@ class KeyFold:
     def _fold_error(self, fr: Fragment, exc: Exception) -> dict[str, Any]:
         detail = {"probe": self.probe, "key": self.st.key, "index": fr.op,
                   "process": fr.process, "error": f"{type(exc).__name__}: {exc}",
-                  "trace": traceback.format_exc(limit=4)}
+                  "trace": "".join(traceback.format_exception(exc, limit=4))}
         return self._row(DEAD, atype="fold-error", id=f"{self.probe}:{fr.op}:{self.st.key}",
                          body=ev.to_json(detail))
 

@@ -13,7 +13,7 @@ different processes may interleave arbitrarily.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from kmon.checker import aborted_read, lost_write, poll_skip, realtime_lag, send_order, unseen
 from kmon.checker.fragment import Fragment
@@ -76,6 +76,41 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
             sink.lags.append((fr.invoke_time, p, st.key, 0))
         else:
             realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, p, sink)
+
+
+def apply_run(st: KeyState, frags: list[Fragment], start: int, cfg: FoldConfig, sink: Sink,
+              lags: dict[Any, tuple[int, int]], e2e: list[int],
+              errors: list[tuple[Fragment, Exception]]) -> int:
+    """The online monitor's loop: ``apply`` ``frags[start:]`` in order, keeping each process's
+    latest realtime lag sample in ``lags`` (process -> (invoke time, lag)) and the first-read
+    delays in ``e2e``. Stops after a fragment that raised (appended to ``errors``) or left
+    anomalies, unseen values or facts in ``sink`` for the caller to drain with that fragment's
+    time; returns the index after it (``len(frags)`` when all are applied).
+    """
+    i = start
+    n = len(frags)
+    while i < n:
+        fr = frags[i]
+        i += 1
+        failed = False
+        try:
+            apply(st, fr, cfg, sink)
+        except Exception as exc:  # the caller dead-letters it; the other fragments still fold
+            errors.append((fr, exc))
+            failed = True
+        if sink.lags:
+            for invoke_time, process, _key, lag in sink.lags:
+                prev = lags.get(process)
+                if prev is None or invoke_time >= prev[0]:
+                    lags[process] = (invoke_time, lag)
+            sink.lags.clear()
+        if sink.e2e:
+            for _v, d in sink.e2e:
+                e2e.append(d)
+            sink.e2e.clear()
+        if failed or sink.anomalies or sink.unseen or sink.facts:
+            return i
+    return n
 
 
 _DIRECT_MIN: Final = -(1 << 62)

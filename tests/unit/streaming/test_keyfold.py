@@ -53,6 +53,20 @@ def test_evidence_records_carry_what_on_call_needs() -> None:
     assert [o["index"] for o in lost["ops"]] == [lost["record"]["writer"], lost["record"]["reader"]]
 
 
+def test_an_anomaly_found_mid_batch_is_stamped_by_the_fragment_that_revealed_it() -> None:
+    # The second poll's read of 3 at offset 0 contradicts the first's; later fragments in the
+    # same batch must not stand in as its decider.
+    ops = history((0, "ok", "send", [send(1, 2, 0)]), (1, "ok", "poll", [poll({1: [(0, 2)]})]),
+                  (1, "ok", "poll", [poll({1: [(0, 3)]})]),
+                  (0, "ok", "send", [send(1, 4, 1)]), (0, "ok", "send", [send(1, 5, 2)]))
+    decider = ops[5]  # the second poll's completion
+    (e,) = [x for x in run_online(ops, batch=len(ops))["evidence"]
+            if x["anomaly"] == "inconsistent-offsets"]
+    assert e["decided_time"] == decider.time
+    assert decider.index in [o["index"] for o in e["ops"]]
+    assert ops[-1].index not in [o["index"] for o in e["ops"]]
+
+
 def test_replayed_batch_makes_the_same_ids() -> None:
     ops = CASES["torn-transaction"][1]
     a = [e["id"] for e in run_online(ops, batch=2)["evidence"]]
