@@ -31,7 +31,6 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kmon.checker.parts import ASSIGNED, DEAD, READ, READ_STR, REBALANCED, SEND
 from kmon.history import avro
 
 if TYPE_CHECKING:
@@ -54,9 +53,9 @@ REASONS = (NO_HEADER, UNKNOWN_VERSION, UNDECODABLE, VERSION_MISMATCH, NEGATIVE_I
 # The ``probe`` of dead-letter rows (their ``ks`` is the reason): no probe id holds a NUL.
 DEAD_PROBE = "\0dead-letter"
 
-# The ``kind`` of a valid event's row without parts (an invoke, a crash, an empty poll):
-# dropped once it moved the watermark. Parts' kinds are ``kmon.checker.parts``'.
-NO_PART = -1
+# Part kinds (the ``kind`` column), in the order an op's parts of one key are merged.
+# READ_STR is a read with string values among its records (``r_str``/``r_vs`` carry them).
+SEND, READ, ASSIGNED, REBALANCED, READ_STR, DEAD = 0, 1, 2, 3, 4, 9
 
 # Columns of a part row, in order (the processor's input contract).
 PART_COLUMNS = (
@@ -209,26 +208,6 @@ def fragments(dec: DataFrame | Sequence[DataFrame], watermark_delay: str | None 
     clear a candidate lost write); only verdicts wait for the watermark.
     Dead letters have a null time: a garbage time must not move the watermark.
     """
-    streams = [_part_rows(_event_columns(d))
-               for d in (dec if isinstance(dec, list | tuple) else [dec])]
-    if watermark_delay is not None:
-        streams = [p.withWatermark("ets", watermark_delay) for p in streams]
-    rows = functools.reduce(lambda a, b: a.union(b), streams)
-    # Drop the rows of events without parts only now, after they moved the watermark. The
-    # filter names ``ets``, so Spark does not push it below the watermark.
-    parts = rows.where(f"NOT (kind = {NO_PART} AND ets IS NOT NULL)")
-    return parts if keep_time else parts.drop("ets")
-
-
-def _part_rows(events: DataFrame) -> DataFrame:
-    """One source's events (``_event_columns``) -> part rows, plus one ``NO_PART`` row for
-    each valid event without parts (so it still moves the watermark).
-
-    Exploded per source, before the watermark and the union: each of those is a boundary of
-    whole-stage code generation, where the rows crossing it are copied into Spark's row format,
-    and copying a whole decoded event (nested arrays of structs) made a streaming micro-batch
-    about three times slower than the same work in one fused stage.
-    """
     from pyspark.sql import functions as F
 
     ok, mop = _OK, _MOP
@@ -245,24 +224,27 @@ def _part_rows(events: DataFrame) -> DataFrame:
     parts = (f"IF({ok}, concat(IF({mop} AND {done}, {mops}, CAST(array() AS {_PARTS})),"
              f" {_parts_of(akeys, 'assign')}, {_parts_of(rkeys, 'rebalance')}), {dead})")
     valid = F.col("reason").isNull()
+    streams = [_event_columns(d) for d in (dec if isinstance(dec, list | tuple) else [dec])]
+    if watermark_delay is not None:
+        streams = [e.withWatermark("ets", watermark_delay) for e in streams]
+    events = functools.reduce(lambda a, b: a.union(b), streams)
     # Level 1: one row per mop / assigned key / rebalanced key. Level 2: a poll's reads, one
-    # row per key; a poll of no key leaves a NO_PART row, any other part one row.
+    # row per key; a poll of no key (or a poll's invoke) leaves no row, any other part one.
     # (Outer explodes: for a plain one Spark infers a "size(parts) > 0" filter and pushes it
     # below the projections, where it would decode every event dozens of times over.)
     level1 = events.select(
         "*", F.posexplode_outer(F.expr(parts)).alias("p1", "p")
-    ).select(
+    ).where("p IS NOT NULL").select(
         "probe", "idx", "proc", "type", "f", "t", "it", "nw", "pl_key", "pl_topic", "pl_part",
         "reason", "dl_raw", "dl_src", "ets", "p1", F.col("p.kind").alias("pk"),
         F.col("p.k").alias("pkey"),
         F.col("p.v").alias("pv"), F.col("p.o").alias("po"), F.col("p.r").alias("pr"))
-    level2 = level1.select("*", F.posexplode_outer("pr").alias("p2", "x"))
+    level2 = level1.select(
+        "*", F.posexplode_outer("pr").alias("p2", "x")
+    ).where("pk <> 'poll' OR x IS NOT NULL")
     rstr = "x.records.value.member1"
     strings = f"array_max({rstr}) IS NOT NULL"  # array_max skips nulls
-    # No part: an event without any, or a poll mop that read no key.
-    none = F.col("p1").isNull() | ((F.col("pk") == "poll") & F.col("x").isNull())
-    kind = (F.when(none, F.lit(NO_PART))
-            .when(F.col("x").isNotNull() & F.expr(strings), F.lit(READ_STR))
+    kind = (F.when(F.col("x").isNotNull() & F.expr(strings), F.lit(READ_STR))
             .when(F.col("x").isNotNull(), F.lit(READ))
             .when(F.col("pk") == "send", F.lit(SEND))
             .when(F.col("pk") == "assign", F.lit(ASSIGNED))
@@ -296,5 +278,5 @@ def _part_rows(events: DataFrame) -> DataFrame:
         F.expr(f"IF({ppos} > 0, try_element_at(pl_topic, {ppos}), NULL)").alias("topic"),
         F.expr(f"IF({ppos} > 0, coalesce(try_element_at(pl_part, {ppos}), -1), -1)")
         .alias("part"),  # -1: no placement (the topic is null then)
-        "dl_raw", "dl_src", "ets",
+        "dl_raw", "dl_src", *(["ets"] if keep_time else []),
     )
