@@ -31,6 +31,8 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+# Part kinds (the ``kind`` column), defined where parts become fragments.
+from kmon.checker.parts import ASSIGNED, DEAD, READ, READ_STR, REBALANCED, SEND
 from kmon.history import avro
 
 if TYPE_CHECKING:
@@ -52,10 +54,6 @@ REASONS = (NO_HEADER, UNKNOWN_VERSION, UNDECODABLE, VERSION_MISMATCH, NEGATIVE_I
 
 # The ``probe`` of dead-letter rows (their ``ks`` is the reason): no probe id holds a NUL.
 DEAD_PROBE = "\0dead-letter"
-
-# Part kinds (the ``kind`` column), in the order an op's parts of one key are merged.
-# READ_STR is a read with string values among its records (``r_str``/``r_vs`` carry them).
-SEND, READ, ASSIGNED, REBALANCED, READ_STR, DEAD = 0, 1, 2, 3, 4, 9
 
 # Columns of a part row, in order (the processor's input contract).
 PART_COLUMNS = (
