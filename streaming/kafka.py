@@ -50,24 +50,25 @@ def events_partitions(cfg: MonitorConfig, stop: threading.Event | None = None,
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(_client_settings(cfg))
-    stop = stop or threading.Event()
-    next_log = 0.0
-    while True:
-        try:
-            # All topics, not just this one: asking for one may auto-create it.
-            meta = admin.list_topics(timeout=timeout).topics.get(cfg.events_topic)
-            if meta is not None and meta.error is None and meta.partitions:
-                return sorted(meta.partitions)
-        except KafkaException as e:
-            log.warning("could not list topics: %s", e)
-        if not wait:
-            return []
-        if time.monotonic() >= next_log:
-            next_log = time.monotonic() + 60
-            log.info("waiting for the events topic %s (the probes create it)", cfg.events_topic)
-        if stop.wait(2.0):
-            raise InterruptedError("stopped while waiting for the events topic")
+    with AdminClient(_client_settings(cfg)) as admin:
+        stop = stop or threading.Event()
+        next_log = 0.0
+        while True:
+            try:
+                # All topics, not just this one: asking for one may auto-create it.
+                meta = admin.list_topics(timeout=timeout).topics.get(cfg.events_topic)
+                if meta is not None and meta.error is None and meta.partitions:
+                    return sorted(meta.partitions)
+            except KafkaException as e:
+                log.warning("could not list topics: %s", e)
+            if not wait:
+                return []
+            if time.monotonic() >= next_log:
+                next_log = time.monotonic() + 60
+                log.info("waiting for the events topic %s (the probes create it)",
+                         cfg.events_topic)
+            if stop.wait(2.0):
+                raise InterruptedError("stopped while waiting for the events topic")
 
 
 def ensure_topics(cfg: MonitorConfig, timeout: float = 30.0) -> None:
@@ -78,24 +79,24 @@ def ensure_topics(cfg: MonitorConfig, timeout: float = 30.0) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient(_client_settings(cfg))
-    try:
-        existing = set(admin.list_topics(timeout=timeout).topics)
-    except KafkaException as e:
-        log.warning("could not list topics (%s); not creating output topics", e)
-        return
-    wanted = [t for t in (cfg.anomalies_topic, cfg.facts_topic, cfg.dead_letter_topic)
-              if t not in existing]
-    if not wanted:
-        return
-    futures = admin.create_topics([NewTopic(t, num_partitions=OUTPUT_PARTITIONS)
-                                   for t in wanted], request_timeout=timeout)
-    for topic, fut in futures.items():
+    with AdminClient(_client_settings(cfg)) as admin:
         try:
-            fut.result(timeout + 5)
-            log.info("created topic %s", topic)
+            existing = set(admin.list_topics(timeout=timeout).topics)
         except KafkaException as e:
-            log.warning("could not create topic %s: %s", topic, e)
+            log.warning("could not list topics (%s); not creating output topics", e)
+            return
+        wanted = [t for t in (cfg.anomalies_topic, cfg.facts_topic, cfg.dead_letter_topic)
+                  if t not in existing]
+        if not wanted:
+            return
+        futures = admin.create_topics([NewTopic(t, num_partitions=OUTPUT_PARTITIONS)
+                                       for t in wanted], request_timeout=timeout)
+        for topic, fut in futures.items():
+            try:
+                fut.result(timeout + 5)
+                log.info("created topic %s", topic)
+            except KafkaException as e:
+                log.warning("could not create topic %s: %s", topic, e)
 
 
 def end_offsets(cfg: MonitorConfig, topic: str, timeout: float = 30.0) -> str:

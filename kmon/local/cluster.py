@@ -359,9 +359,15 @@ class LocalCluster:
     # --- metadata and topics -------------------------------------------------------------
 
     def admin(self) -> AdminClient:
-        """A new AdminClient on this cluster, for the caller to drop when done. None is kept:
-        an idle client's threads would live on through every broker kill and pause (a test
-        process holding them has died in librdkafka's threads)."""
+        """A new AdminClient on this cluster, for the caller to use in a ``with`` block.
+
+        None is kept: an idle client's threads would live on through every broker kill and
+        pause (a test process holding them has died in librdkafka's threads). And none is left
+        to the garbage collector: a client caught in a reference cycle (an exception's
+        traceback holds its frame) is destroyed wherever the collector happens to run, which
+        can be a librdkafka thread running a callback, and librdkafka aborts or crashes when
+        a client is destroyed from its own thread (confluent-kafka-python #2129). ``with``
+        destroys it here and now."""
         return AdminClient(self.client_config())
 
     def _any_admin(self) -> AdminClient:
@@ -414,13 +420,13 @@ class LocalCluster:
             name, num_partitions=partitions, replication_factor=replication_factor,
             config=dict(config or {}),
         )
-        admin = self._any_admin()  # held until the result: its futures die with it
-        future = admin.create_topics([topic], request_timeout=timeout)[name]
-        try:
-            future.result(timeout + 5)
-        except KafkaException as exc:
-            if not (exist_ok and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
-                raise
+        with self._any_admin() as admin:  # held until the result: its futures die with it
+            future = admin.create_topics([topic], request_timeout=timeout)[name]
+            try:
+                future.result(timeout + 5)
+            except KafkaException as exc:
+                if not (exist_ok and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                    raise
         # Creation is acknowledged before every broker has the metadata; wait for leaders.
         _wait_for(
             lambda: _has_leaders(self, name, partitions), timeout, f"leaders for topic {name}"
@@ -454,7 +460,8 @@ class LocalCluster:
                     continue
                 attempt = min(3.0, max(0.5, deadline - time.monotonic()))
                 try:
-                    return self.node_admin(n).list_topics(topic, timeout=attempt)
+                    with self.node_admin(n) as admin:
+                        return admin.list_topics(topic, timeout=attempt)
                 except KafkaException as exc:
                     last = exc
             if time.monotonic() >= deadline:

@@ -36,7 +36,8 @@ def problems(cluster: LocalCluster, proxy: LocalToxiproxy | None = None) -> list
     missing = {s.node_id for s in cluster.status()} - cluster.live_brokers(timeout=5.0)
     out += [f"broker {n} is not registered with the controller" for n in sorted(missing)]
     try:
-        metadata = running_admin(cluster).list_topics(timeout=TIMEOUT)
+        with running_admin(cluster) as admin:
+            metadata = admin.list_topics(timeout=TIMEOUT)
     except (KafkaException, FaultError) as exc:
         return [*out, f"no metadata: {exc}"]
     for name, topic in sorted(metadata.topics.items()):
@@ -91,7 +92,8 @@ def heal(cluster: LocalCluster, proxy: LocalToxiproxy | None = None) -> list[str
     for entry_id, entry in journal.pending().items():
         if entry.get("kind") == "topic-configs":
             try:
-                set_topic_configs(running_admin(cluster), entry["topic"], entry["configs"])
+                with running_admin(cluster) as admin:
+                    set_topic_configs(admin, entry["topic"], entry["configs"])
             except FaultError as exc:
                 if "UNKNOWN_TOPIC" not in str(exc):  # a topic deleted meanwhile needs nothing
                     failed.append(str(exc))

@@ -35,8 +35,8 @@ TIMEOUT = 15.0
 
 
 def admin_on(cluster: LocalCluster, node: int) -> AdminClient:
-    """A new AdminClient that only ever talks to broker ``node``, for the caller to drop when
-    done (none lingers through the faults: see ``LocalCluster.admin``)."""
+    """A new AdminClient that only ever talks to broker ``node``, for the caller to use in a
+    ``with`` block (see ``LocalCluster.admin``)."""
     return cluster.node_admin(node)
 
 

@@ -154,11 +154,11 @@ class Matrix:
     def _create_events_topic(self) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
         # RF 3: the crash and pause rows must not take the events away from the monitor.
-        fut = admin.create_topics([NewTopic(self.events_topic, num_partitions=4,
-                                            replication_factor=3)])
-        fut[self.events_topic].result(30)
+        with AdminClient({"bootstrap.servers": self.cluster.bootstrap}) as admin:
+            fut = admin.create_topics([NewTopic(self.events_topic, num_partitions=4,
+                                                replication_factor=3)])
+            fut[self.events_topic].result(30)
 
     def stop(self) -> None:
         if self.monitor is not None:
@@ -420,8 +420,9 @@ def duplicates_in_log(bootstrap: str, prefix: str) -> dict[tuple[str, int, bytes
     on whether it duplicated."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        names = admin.list_topics(timeout=10).topics
+    topics = [t for t in names if t.startswith(prefix + ".")]
     where: dict[tuple[str, int, bytes], list[int]] = {}
     for topic in topics:
         for msg in read_topic(bootstrap, topic):

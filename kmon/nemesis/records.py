@@ -83,7 +83,7 @@ class DeleteRecords(Fault):
         self.chosen: list[TopicPartition] = []
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._thread_error: BaseException | None = None
+        self._thread_error: str | None = None
         super().__init__()
 
     def params(self) -> dict[str, Any]:
@@ -175,10 +175,10 @@ class DeleteRecords(Fault):
         )
 
     def _start(self) -> None:
-        admin = self.cluster.admin()
-        self.chosen = self._choose(admin)
-        self.record.info["partitions"] = [f"{tp.topic}/{tp.partition}" for tp in self.chosen]
-        self._account(self._delete_once(admin))
+        with self.cluster.admin() as admin:
+            self.chosen = self._choose(admin)
+            self.record.info["partitions"] = [f"{tp.topic}/{tp.partition}" for tp in self.chosen]
+            self._account(self._delete_once(admin))
         if self.interval is not None:
             self._stopping.clear()
             self._thread = threading.Thread(
@@ -188,13 +188,15 @@ class DeleteRecords(Fault):
 
     def _repeat(self) -> None:
         assert self.interval is not None
-        admin = self.cluster.admin()
         while not self._stopping.wait(self.interval):
+            # A client per round, gone before the wait: none idles through other faults.
             try:
-                self._account(self._delete_once(admin))
-            except (FaultError, KafkaException) as exc:
-                self._thread_error = exc
-                self.mark(f"deletion failed: {exc}")
+                with self.cluster.admin() as admin:
+                    self._account(self._delete_once(admin))
+            except (FaultError, KafkaException, TimeoutError) as exc:
+                # Only the text: the exception's traceback would keep the round's frames.
+                self._thread_error = str(exc) or type(exc).__name__
+                self.mark(f"deletion failed: {self._thread_error}")
 
     def _stop(self) -> None:
         self._stopping.set()
@@ -202,7 +204,7 @@ class DeleteRecords(Fault):
             self._thread.join(_TIMEOUT * 3)
             self._thread = None
         if self._thread_error is not None:
-            self.record.info["last_error"] = str(self._thread_error)
+            self.record.info["last_error"] = self._thread_error
 
 
 def _key(tp: TopicPartition) -> tuple[str, int]:

@@ -84,15 +84,15 @@ def busiest_partition(
 
     from kmon.nemesis.kafka import TIMEOUT, high_watermark, running_admin
 
-    admin = running_admin(cluster)
-    metadata = admin.list_topics(timeout=TIMEOUT)
-    parts = [
-        (name, p)
-        for name, topic in sorted(metadata.topics.items()) if name.startswith(topic_prefix)
-        for p in sorted(topic.partitions)
-    ]
-    if not parts:
-        raise FaultError(f"no topic starts with {topic_prefix!r}")
-    first = {tp: high_watermark(admin, *tp) for tp in parts}
-    time.sleep(sample)
-    return max(parts, key=lambda tp: (high_watermark(admin, *tp) - first[tp], first[tp]))
+    with running_admin(cluster) as admin:
+        metadata = admin.list_topics(timeout=TIMEOUT)
+        parts = [
+            (name, p)
+            for name, topic in sorted(metadata.topics.items()) if name.startswith(topic_prefix)
+            for p in sorted(topic.partitions)
+        ]
+        if not parts:
+            raise FaultError(f"no topic starts with {topic_prefix!r}")
+        first = {tp: high_watermark(admin, *tp) for tp in parts}
+        time.sleep(sample)
+        return max(parts, key=lambda tp: (high_watermark(admin, *tp) - first[tp], first[tp]))

@@ -118,8 +118,8 @@ class UncleanElection(Fault):
     # --- choosing the victim -------------------------------------------------------------
 
     def _candidates(self) -> list[tuple[str, int, PartitionState]]:
-        admin = running_admin(self.cluster)
-        metadata = admin.list_topics(timeout=TIMEOUT)
+        with running_admin(self.cluster) as admin:
+            metadata = admin.list_topics(timeout=TIMEOUT)
         if self.topic is not None:
             topics = [self.topic]
             if self.topic not in metadata.topics:
@@ -156,10 +156,10 @@ class UncleanElection(Fault):
         if len(usable) == 1:
             return usable[0]
         # The busiest partition: most records written over one second, then the longest log.
-        admin = running_admin(self.cluster)
-        first = {(t, p): high_watermark(admin, t, p) for t, p, _ in usable}
-        time.sleep(1.0)
-        growth = {(t, p): high_watermark(admin, t, p) - first[(t, p)] for t, p, _ in usable}
+        with running_admin(self.cluster) as admin:
+            first = {(t, p): high_watermark(admin, t, p) for t, p, _ in usable}
+            time.sleep(1.0)
+            growth = {(t, p): high_watermark(admin, t, p) - first[(t, p)] for t, p, _ in usable}
         return max(usable, key=lambda c: (growth[(c[0], c[1])], first[(c[0], c[1])]))
 
     # --- the fault -----------------------------------------------------------------------
@@ -179,18 +179,18 @@ class UncleanElection(Fault):
         info.update(topic=topic, partition=partition, leader=leader, follower=follower,
                     tiebreaker=third)
 
-        admin = admin_on(cluster, third)
         wanted: dict[str, str | None] = {"unclean.leader.election.enable": "true"}
         if self.min_insync_replicas is not None:
             wanted["min.insync.replicas"] = str(self.min_insync_replicas)
-        self._originals = topic_configs(admin, topic, list(wanted))
-        self._undo_id = self.journal.add(
-            {"kind": "topic-configs", "topic": topic, "configs": self._originals}
-        )
-        set_topic_configs(admin, topic, wanted)
-        self.mark(f"{topic}: {wanted}")
-
-        info["high_watermark_at_start"] = high_watermark(admin, topic, partition)
+        # The tiebreaker is never paused or killed: ask it, one short-lived client at a time.
+        with admin_on(cluster, third) as admin:
+            self._originals = topic_configs(admin, topic, list(wanted))
+            self._undo_id = self.journal.add(
+                {"kind": "topic-configs", "topic": topic, "configs": self._originals}
+            )
+            set_topic_configs(admin, topic, wanted)
+            self.mark(f"{topic}: {wanted}")
+            info["high_watermark_at_start"] = high_watermark(admin, topic, partition)
         cluster.pause(follower)
         self.mark(f"follower {follower} paused")
         took = wait_for(
@@ -200,7 +200,8 @@ class UncleanElection(Fault):
         self.mark(f"follower {follower} out of the ISR after {took:.1f}s")
         time.sleep(self.lag)
 
-        info["high_watermark_before_kill"] = high_watermark(admin, topic, partition)
+        with admin_on(cluster, third) as admin:
+            info["high_watermark_before_kill"] = high_watermark(admin, topic, partition)
         cluster.kill(leader)
         cluster.resume(follower)
         self.mark(f"leader {leader} killed, follower {follower} resumed")
@@ -262,8 +263,8 @@ class UncleanElection(Fault):
                 # (No timeout keywords: confluent-kafka 2.16's elect_leaders fails on them
                 # with a SystemError.)
                 # The request itself may time out while the controller is busy fencing.
-                with contextlib.suppress(KafkaException, FaultError, TimeoutError):
-                    admin = running_admin(self.cluster)  # held: its futures die with it
+                with (contextlib.suppress(KafkaException, FaultError, TimeoutError),
+                      running_admin(self.cluster) as admin):  # held: its futures die with it
                     admin.elect_leaders(ElectionType.UNCLEAN, [tp]).result(10.0)
             time.sleep(0.3)
 
@@ -287,7 +288,8 @@ class UncleanElection(Fault):
             values = {r.value for r in segments.read_log(leader_dir)}
             info["lost_values_left_on_old_leader"] = len(self._lost & values)
         if self._originals is not None and self.victim is not None:
-            set_topic_configs(running_admin(cluster), self.victim[0], self._originals)
+            with running_admin(cluster) as admin:
+                set_topic_configs(admin, self.victim[0], self._originals)
             self.mark(f"{self.victim[0]}: settings restored")
         if self._undo_id is not None:
             self.journal.remove(self._undo_id)

@@ -11,6 +11,7 @@ cluster is whole again afterwards (the ``nemesis`` fixture fails a test otherwis
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import time
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from kmon.local.cluster import LocalCluster
 from kmon.nemesis import Crash, DeleteRecords, Pause, Target, UncleanElection, health, segments
@@ -150,6 +152,42 @@ def test_delete_records_picks_the_most_unread_probe_partitions_and_repeats(
     # No group ever committed: everything deleted was unread, and that was everything.
     assert record.info["deleted"] == record.info["unread"] >= 40
     assert record.info["per_partition"][f"{topic}/1"]["log_start"] == 10
+
+
+
+def _open_admin_clients() -> int:
+    """AdminClients alive in this process and not yet destroyed, garbage included (no
+    collection here: collecting one is the hazard this counts)."""
+    count = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, AdminClient):
+            try:
+                obj.poll(0)
+            except RuntimeError:  # "Handle has been closed"
+                continue
+            count += 1
+    return count
+
+
+def test_delete_records_rounds_that_fail_leave_no_client_for_the_garbage_collector(
+    local_cluster: LocalCluster, nemesis: Nemesis  # noqa: F811
+) -> None:
+    """A failed round is recorded as text and its client is destroyed at once. A client kept
+    alive by a stored exception's traceback would be destroyed by whichever thread next runs
+    the collector, possibly a librdkafka thread, which crashes the process."""
+    topic = _topic(local_cluster)
+    produce_acked(local_cluster.bootstrap, topic, [f"v{i}" for i in range(10)])
+    before = _open_admin_clients()
+    fault = DeleteRecords(local_cluster, topic=topic, partitions=[0], interval=0.3)
+    with nemesis.active(fault) as record:
+        with local_cluster.admin() as admin:
+            admin.delete_topics([topic])[topic].result(30)
+        deadline = time.monotonic() + 20
+        while not any("deletion failed" in m.what for m in record.marks):
+            assert time.monotonic() < deadline, "no round failed on the deleted topic"
+            time.sleep(0.2)
+    assert record.info["last_error"]  # the text of the last failure
+    assert _open_admin_clients() == before
 
 
 def test_unclean_election_at_acks_1_truncates_acknowledged_records(
