@@ -37,6 +37,14 @@ class _Admin:
 
     def __init__(self, *script: int | None) -> None:
         self.script = list(script)
+        self.closed = False
+
+    # Used in a with block, as the real client is (it is destroyed on leaving the block).
+    def __enter__(self) -> _Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed = True
 
     def list_topics(self, timeout: float) -> Any:
         n = self.script.pop(0) if len(self.script) > 1 else self.script[0]
@@ -51,6 +59,7 @@ def test_the_monitor_waits_for_the_events_topic(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(threading.Event, "wait", lambda self, t=None: self.is_set())
     assert kafka.events_partitions(_cfg()) == [0, 1, 2]
     assert admin.script == [3]
+    assert admin.closed
 
 
 def test_a_stop_ends_the_wait_and_one_look_does_not_wait(
