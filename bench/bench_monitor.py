@@ -251,11 +251,12 @@ def _live_producer(boot: str, topic: str, rate: int, seconds: float, inject_ever
 
 
 def latency(spark: Any, boot: str, root: Path, rate: int, seconds: float,
-            trigger: str) -> dict[str, Any]:
+            trigger: str, settings: dict[str, str]) -> dict[str, Any]:
     from kmon.streaming.monitor import Monitor
 
     run = uuid.uuid4().hex[:8]
-    cfg = monitor_config(boot, run, root, trigger=trigger, **{"starting.offsets": "latest"})
+    cfg = monitor_config(boot, run, root, trigger=trigger,
+                         **{"starting.offsets": "latest", **settings})
     create_topic(boot, cfg.events_topic, 4)
     m = Monitor(cfg, spark, serve_metrics=False)
     m.start()
@@ -393,6 +394,9 @@ def main() -> int:
     # 5k/s is the target's rate; 500/s is a fleet of probes (one probe sends about 50/s).
     ap.add_argument("--latency-rates", default="500,5000")
     ap.add_argument("--trigger", default="1s", help="trigger of the latency run")
+    ap.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                    help="a monitor setting for the latency runs (repeatable), e.g. "
+                         "txn.trigger=15s")
     ap.add_argument("--skip-ceiling", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     args = ap.parse_args()
@@ -414,7 +418,9 @@ def main() -> int:
         if not args.skip_throughput:
             thr = throughput(spark, boot, root, [int(x) for x in args.ladder.split(",")],
                              args.batches, args.events, args.event_rate)
-        lats = {rate: latency(spark, boot, root, rate, args.latency_seconds, args.trigger)
+        settings = dict(s.split("=", 1) for s in args.setting)
+        lats = {rate: latency(spark, boot, root, rate, args.latency_seconds, args.trigger,
+                              settings)
                 for rate in (int(x) for x in args.latency_rates.split(","))}
     finally:
         spark.stop()
