@@ -69,6 +69,20 @@ class Fragment:
         )
 
 
+# A fragment as a plain tuple, its key aside (``to_row``/``from_row``): how the monitor moves a
+# key's fragments from the step that reads events to the key's fold, in one pickled value.
+FragmentRow = tuple[int, Any, str, str, int, int, Any, Any, bool, bool, int]
+
+
+def to_row(fr: Fragment) -> FragmentRow:
+    return (fr.op, fr.process, fr.type, fr.f, fr.time, fr.invoke_time, fr.sends, fr.reads,
+            fr.assigned, fr.rebalanced, fr.n_writes)
+
+
+def from_row(key: Any, r: FragmentRow) -> Fragment:
+    return Fragment(key, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+
+
 _MOP_FS: Final = frozenset(("send", "poll", "txn"))
 
 

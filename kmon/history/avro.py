@@ -206,6 +206,12 @@ def _placement_record(k: Any, p: KeyPlacement) -> dict[str, Any]:
 
 def decode_op(data: bytes, version: int = SCHEMA_VERSION) -> Op:
     """The op in an event written with schema ``version``; DecodeError for anything invalid."""
+    return record_to_op(decode_record(data, version))
+
+
+def decode_record(data: bytes, version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    """The record (current schema shape) in an event written with schema ``version``;
+    DecodeError when the bytes are not one. Not yet judged as an op (``record_to_op``)."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise DecodeError(f"expected bytes, got {type(data).__name__}")
     writer = _writer_schema(version)
@@ -221,7 +227,7 @@ def decode_op(data: bytes, version: int = SCHEMA_VERSION) -> Op:
         raise DecodeError(
             f"event says schema_version {record.get('schema_version')!r}, header says {version}"
         )
-    return record_to_op(record)
+    return record
 
 
 def decode_event(data: bytes, headers: Any) -> Op:

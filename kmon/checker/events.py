@@ -1,0 +1,413 @@
+"""Op event bytes straight to fragments: the monitor's hot path.
+
+``kmon.history.avro`` (fastavro) is the reference codec: it builds a dict per record, then an
+``Op``, at a few tens of thousands of events per second per core. The monitor reads every op
+event the probes emit, so here the current schema version's binary form (Avro's: zig-zag
+varints, length-prefixed UTF-8 strings, arrays in counted blocks, a union as its branch index
+then the value) is read by hand into just what the fold needs, and the op is split into
+per-key fragments by ``fragment.split_fields``, the one definition of splitting. Events of an
+older schema version go through the reference codec (``decode_with_codec``).
+
+The contract the monitor holds events to is checked here too: an event that breaks it gets a
+dead-letter *reason* (``REASONS``) instead of fragments. The tests hold this reader to
+``kmon.history.avro.decode_op`` on generated, truncated and corrupted events.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Final, final
+
+from kmon.checker.fragment import Fragment, FragmentRow, from_row, split_fields, to_row
+from kmon.history import avro
+from kmon.history.model import Op, Rebalance
+
+# Dead-letter reasons: the ``reason`` label of ``kmon_dead_letters_total``.
+NO_HEADER: Final = "no-schema-header"
+UNKNOWN_VERSION: Final = "unknown-schema-version"
+UNDECODABLE: Final = "undecodable"
+VERSION_MISMATCH: Final = "schema-version-mismatch"
+NEGATIVE_INDEX: Final = "negative-index"
+NEGATIVE_TIME: Final = "negative-time"
+SEND_WITHOUT_VALUE: Final = "send-without-key-or-value"
+NEGATIVE_OFFSET: Final = "negative-offset"
+TIME_IN_FUTURE: Final = "time-in-future"
+FOLD_ERROR: Final = "fold-error"  # raised by the fold, not here: a bug or an unforeseen shape
+REASONS: Final = (NO_HEADER, UNKNOWN_VERSION, UNDECODABLE, VERSION_MISMATCH, NEGATIVE_INDEX,
+                  NEGATIVE_TIME, SEND_WITHOUT_VALUE, NEGATIVE_OFFSET, TIME_IN_FUTURE, FOLD_ERROR)
+
+# The schema's enums, by symbol index (op_event_v1.avsc).
+_OP_TYPES: Final = ("invoke", "ok", "fail", "info")
+_OP_FS: Final = ("send", "poll", "txn", "assign", "subscribe", "crash", "unknown")
+_MOP_SEND: Final = 0
+_MOP_POLL: Final = 1
+_MAX_LONG: Final = 2**63 - 1
+_MIN_LONG: Final = -(2**63)
+
+
+class EventError(ValueError):
+    """An event the monitor cannot fold: ``reason`` is one of ``REASONS``."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+class _Undecodable(Exception):
+    """The bytes are not an op event of the version read (truncated, bad union branch...)."""
+
+
+@final
+class _Reader:
+    """A cursor over one event's bytes, reading Avro's binary primitives."""
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+        self.end = len(buf)
+
+    def long(self) -> int:
+        """A zig-zag varint; at most 10 bytes, within 64 bits (Avro's long)."""
+        buf = self.buf
+        pos = self.pos
+        if pos >= self.end:
+            raise _Undecodable("truncated")
+        b = buf[pos]
+        pos += 1
+        if b < 0x80:  # one byte: most lengths, counts, branches and small values
+            self.pos = pos
+            return (b >> 1) ^ -(b & 1)
+        n = b & 0x7F
+        shift = 7
+        while b & 0x80:
+            if pos >= self.end or shift > 63:
+                raise _Undecodable("truncated or overlong varint")
+            b = buf[pos]
+            pos += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+        self.pos = pos
+        v = (n >> 1) ^ -(n & 1)
+        if v > _MAX_LONG or v < _MIN_LONG:
+            raise _Undecodable("varint beyond 64 bits")
+        return v
+
+    def string(self) -> str:
+        n = self.long()
+        start = self.pos
+        if n < 0 or start + n > self.end:
+            raise _Undecodable("bad string length")
+        self.pos = start + n
+        try:
+            return self.buf[start:start + n].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Undecodable("string is not UTF-8") from None
+
+    def skip_string(self) -> None:
+        """A string the fold does not need, still checked: an event is valid as a whole."""
+        self.string()
+
+    def skip_boolean(self) -> None:
+        if self.pos >= self.end:
+            raise _Undecodable("truncated")
+        self.pos += 1
+
+    def branch(self, n: int) -> int:
+        """A union's branch index (or an enum's symbol index), below ``n``."""
+        b = self.long()
+        if b < 0 or b >= n:
+            raise _Undecodable("union branch or enum symbol out of range")
+        return b
+
+    def count(self) -> int:
+        """The item count of an array's next block (0: the array ends)."""
+        n = self.long()
+        if n < 0:  # a negative count is followed by the block's size in bytes
+            self.long()
+            return -n
+        return n
+
+    def long_or_string(self) -> Any:
+        return self.long() if self.branch(2) == 0 else self.string()
+
+    def null_long_or_string(self) -> Any:
+        b = self.branch(3)
+        if b == 0:
+            return None
+        return self.long() if b == 1 else self.string()
+
+    def null_or_long(self) -> Any:
+        return None if self.branch(2) == 0 else self.long()
+
+    def null_or_int(self) -> None:
+        if self.branch(2) == 1:
+            self.long()
+
+    def null_or_string(self) -> None:
+        if self.branch(2) == 1:
+            self.skip_string()
+
+    def keys(self) -> list[Any]:
+        out: list[Any] = []
+        n = self.count()
+        while n:
+            for _ in range(n):
+                out.append(self.long_or_string())
+            n = self.count()
+        return out
+
+
+@final
+class Event:
+    """What the monitor needs of one valid op event: its identity, clock and fragments, and
+    where its keys live (key -> (topic, partition))."""
+
+    def __init__(self, probe: str, index: int, time: int, frags: list[Fragment],
+                 placements: list[tuple[Any, str, int]]) -> None:
+        self.probe = probe
+        self.index = index
+        self.time = time
+        self.frags = frags
+        self.placements = placements
+
+
+@final
+class _Flags:
+    """Contract breaches noticed while reading, judged once the whole event has decoded (an
+    undecodable event is undecodable, whatever its first fields said)."""
+
+    def __init__(self) -> None:
+        self.send_without_value = False
+        self.negative_offset = False
+
+
+def _reads(r: _Reader, flags: _Flags) -> dict[Any, list[tuple[int, Any]]]:
+    """A poll mop's reads: key -> [(offset, value), ...] (a key named twice: the last wins, as
+    in the reference codec)."""
+    by_key: dict[Any, list[tuple[int, Any]]] = {}
+    n = r.count()
+    while n:
+        for _ in range(n):
+            key = r.long_or_string()
+            pairs: list[tuple[int, Any]] = []
+            m = r.count()
+            while m:
+                for _ in range(m):
+                    off = r.long()
+                    if off < 0:
+                        flags.negative_offset = True
+                    pairs.append((off, r.long_or_string()))
+                m = r.count()
+            by_key[key] = pairs
+        n = r.count()
+    return by_key
+
+
+def _mops(r: _Reader, flags: _Flags) -> list[tuple]:
+    out: list[tuple] = []
+    n = r.count()
+    while n:
+        for _ in range(n):
+            f = r.branch(2)
+            key = r.null_long_or_string()
+            value = r.null_long_or_string()
+            offset = r.null_or_long()
+            reads: dict[Any, list[tuple[int, Any]]] | None = None
+            if r.branch(2) == 1:
+                reads = _reads(r, flags)
+            if offset is not None and offset < 0:
+                flags.negative_offset = True
+            if f == _MOP_SEND:
+                if key is None or value is None:
+                    flags.send_without_value = True
+                out.append(("send", key, value, offset))
+            else:
+                out.append(("poll", reads))
+        n = r.count()
+    return out
+
+
+def _rebalances(r: _Reader) -> list[Rebalance]:
+    out: list[Rebalance] = []
+    n = r.count()
+    while n:
+        for _ in range(n):
+            kind = r.string()
+            out.append(Rebalance(kind, tuple(r.keys())))
+        n = r.count()
+    return out
+
+
+def _placements(r: _Reader) -> list[tuple[Any, str, int]]:
+    out: list[tuple[Any, str, int]] = []
+    n = r.count()
+    while n:
+        for _ in range(n):
+            key = r.long_or_string()
+            topic = r.string()
+            partition = r.long()
+            r.null_or_int()  # leader
+            r.null_or_int()  # leader epoch
+            out.append((key, topic, partition))
+        n = r.count()
+    return out
+
+
+def read_event(data: bytes, version: int) -> Event:
+    """The event in ``data``, written with schema ``version`` (its header's); EventError with
+    the reason when it breaks the contract."""
+    if version != avro.SCHEMA_VERSION:
+        return decode_with_codec(data, version)
+    r = _Reader(data)
+    flags = _Flags()
+    try:
+        schema_version = r.long()
+        probe = r.string()
+        index = r.long()
+        time = r.long()
+        invoke_time = r.null_or_long()
+        process = r.long()
+        ty = _OP_TYPES[r.branch(4)]
+        f = _OP_FS[r.branch(7)]
+        mops = _mops(r, flags)
+        keys = r.keys()
+        r.skip_boolean()  # seek_to_beginning
+        rebalances = _rebalances(r)
+        r.null_or_string()  # transactional_id
+        r.null_or_long()  # txn_seq
+        r.skip_boolean()  # deliberate_abort
+        r.null_or_string()  # error
+        placements = _placements(r)
+    except _Undecodable as e:
+        raise EventError(UNDECODABLE, str(e)) from None
+    if r.pos != r.end:
+        raise EventError(UNDECODABLE, "trailing bytes after the event")
+    if schema_version != version:
+        raise EventError(VERSION_MISMATCH, f"event says {schema_version}, header {version}")
+    _judge(index, time, flags)
+    if ty == "invoke":  # nothing for the fold: a read that beats its writer waits for it
+        return Event(probe, index, time, [], placements)
+    it = time if invoke_time is None else invoke_time
+    value: Any = mops if f in ("send", "poll", "txn") else keys if f in (
+        "assign", "subscribe") else None
+    return Event(probe, index, time, split_fields(index, process, ty, f, time, value,
+                                                  rebalances, it), placements)
+
+
+def _judge(index: int, time: int, flags: _Flags) -> None:
+    if index < 0:
+        raise EventError(NEGATIVE_INDEX, str(index))
+    if time < 0:
+        raise EventError(NEGATIVE_TIME, str(time))
+    if flags.send_without_value:
+        raise EventError(SEND_WITHOUT_VALUE)
+    if flags.negative_offset:
+        raise EventError(NEGATIVE_OFFSET)
+
+
+def decode_with_codec(data: bytes, version: int) -> Event:
+    """``read_event`` through the reference codec: for events of older schema versions."""
+    try:
+        record = avro.decode_record(data, version)
+    except avro.DecodeError as e:
+        reason = VERSION_MISMATCH if "header says" in str(e) else UNDECODABLE
+        raise EventError(reason, str(e)) from None
+    flags = _Flags()
+    for m in record["mops"]:
+        if m["f"] == "send" and (m["key"] is None or m["value"] is None):
+            flags.send_without_value = True
+        if (m["offset"] is not None and m["offset"] < 0) or any(
+                x["offset"] < 0 for r in m["reads"] or () for x in r["records"]):
+            flags.negative_offset = True
+    _judge(record["index"], record["time"], flags)
+    return event_of(avro.record_to_op(record))
+
+
+def event_of(op: Op) -> Event:
+    """The ``Event`` of a decoded, valid ``op``."""
+    meta = op.meta
+    probe = meta.probe if meta is not None else ""
+    placements = [(k, p.topic, p.partition) for k, p in meta.placements.items()] if meta else []
+    if op.type == "invoke":
+        return Event(probe, op.index, op.time, [], placements)
+    it = op.time if meta is None or meta.invoke_time is None else meta.invoke_time
+    return Event(probe, op.index, op.time, split_fields(
+        op.index, op.process, op.type, op.f, op.time, op.value, op.rebalance_log, it), placements)
+
+
+@final
+class Split:
+    """One batch of events (an Arrow batch, in the monitor) split by (probe, key): each key's
+    fragments in event order and its latest placement, the rows that are dead letters with
+    their reasons, and the latest time of a valid event (ns; -1: none)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[str, Any], list[Fragment]] = {}
+        self.placements: dict[tuple[str, Any], tuple[str, int]] = {}
+        self.dead: list[tuple[int, str]] = []
+        self.max_time = -1
+
+
+_versions: dict[str, int] = {}  # header value -> schema version (only valid ones are kept)
+
+
+def header_version(header: str | None) -> int:
+    """The schema version a ``kmon-schema`` header value names; EventError unless packaged."""
+    if header is None:
+        raise EventError(NO_HEADER)
+    v = _versions.get(header)
+    if v is None:
+        try:
+            v = avro.version_from_header(header)
+        except avro.DecodeError as e:
+            raise EventError(UNKNOWN_VERSION, str(e)) from None
+        _versions[header] = v
+    return v
+
+
+def split_batch(values: list[bytes | None], headers: list[str | None], kafka_ms: list[int],
+                max_skew_ns: int | None) -> Split:
+    """Read and split a batch of Kafka records' values; ``headers`` are their ``kmon-schema``
+    header values (or None), ``kafka_ms`` their Kafka timestamps: an event more than
+    ``max_skew_ns`` ahead of its record's is a dead letter (it would drag the watermark into
+    the future and force pending verdicts early)."""
+    out = Split()
+    groups, placements = out.groups, out.placements
+    for i in range(len(values)):
+        data = values[i]
+        try:
+            version = header_version(headers[i])
+            if data is None:
+                raise EventError(UNDECODABLE, "no value")
+            ev = read_event(data, version)
+            if max_skew_ns is not None and ev.time > kafka_ms[i] * 1_000_000 + max_skew_ns:
+                raise EventError(TIME_IN_FUTURE, f"{ev.time} ns vs Kafka's {kafka_ms[i]} ms")
+        except EventError as e:
+            out.dead.append((i, e.reason))
+            continue
+        if ev.time > out.max_time:
+            out.max_time = ev.time
+        probe = ev.probe
+        for fr in ev.frags:
+            gk = (probe, fr.key)
+            frags = groups.get(gk)
+            if frags is None:
+                groups[gk] = [fr]
+            else:
+                frags.append(fr)
+        for key, topic, partition in ev.placements:
+            placements[(probe, key)] = (topic, partition)
+    return out
+
+
+def pack_fragments(frags: list[Fragment]) -> bytes:
+    """One key's fragments as one value, for the shuffle from the reading step to the fold
+    (fragment rows are tuples of ints, strings, lists and None: pickle writes them in C)."""
+    return pickle.dumps([to_row(fr) for fr in frags], protocol=5)
+
+
+def unpack_fragments(key: Any, blob: bytes) -> list[Fragment]:
+    """``pack_fragments``'s value back as fragments of ``key``. Only ever given what the
+    monitor's own reading step packed, never bytes from outside."""
+    rows: list[FragmentRow] = pickle.loads(blob)
+    return [from_row(key, r) for r in rows]
