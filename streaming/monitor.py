@@ -4,10 +4,10 @@
 
     events topic ─► decode (JVM: from_avro, contract checks, explode to per-key parts)
                  ─► pack (mapInArrow: one row per key per Arrow batch)
-                 ─► stage 1: groupBy(probe, key).transformWithStateInPandas(KeyFoldProcessor)
+                 ─► stage 1: groupBy(probe, key).transformWithState(KeyFoldProcessor)
                  ─► foreachBatch ─► anomalies topic, dead-letter topic, metrics
                                  └► facts topic ─► stage 2: groupBy(probe, writer bucket)
-                                                   .transformWithStateInPandas(TxnFoldProcessor)
+                                                   .transformWithState(TxnFoldProcessor)
                                                  ─► foreachBatch ─► anomalies topic, metrics
 
 Stage 1 folds each key (topic-partition) with the checker core; stage 2 judges multi-write ops
@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kmon.streaming import decode, pack
+from kmon.streaming import decode
 from kmon.streaming.config import ConfigError, MonitorConfig
 from kmon.streaming.keyfold import FoldSettings
 from kmon.streaming.metrics import E2E_BUCKETS, MonitorMetrics, registry_with
@@ -79,16 +79,6 @@ def starting_offsets_of(cfg: MonitorConfig, partition: int) -> str:
     return json.dumps({cfg.events_topic: {str(partition): named.get(str(partition), -2)}})
 
 
-def packed_spark_schema(parts_schema: Any) -> Any:
-    from pyspark.sql.types import ArrayType, IntegerType, StructField, StructType
-
-    return StructType(
-        [parts_schema[c] for c in pack.KEY]
-        + [StructField(c, ArrayType(parts_schema[c].dataType)) for c in pack.SCALARS]
-        + [StructField("r_len", ArrayType(IntegerType()))]
-        + [parts_schema[c] for c in pack.READS])
-
-
 def stage1(spark: Any, cfg: MonitorConfig, partitions: Sequence[int]) -> Any:
     """The per-key query's output DataFrame (before the sink).
 
@@ -102,7 +92,7 @@ def stage1(spark: Any, cfg: MonitorConfig, partitions: Sequence[int]) -> Any:
 
     cap = cfg.max_events_per_trigger
     skew = None if cfg.max_future_skew_s is None else int(cfg.max_future_skew_s * 1000)
-    decoded = []
+    sources = []
     for p in partitions:
         reader = (spark.readStream.format("kafka").options(**cfg.kafka_options())
                   .option("assign", json.dumps({cfg.events_topic: [p]}))
@@ -113,10 +103,9 @@ def stage1(spark: Any, cfg: MonitorConfig, partitions: Sequence[int]) -> Any:
                   .option("failOnDataLoss", "false"))
         if cap:  # the setting caps a micro-batch; each source gets its share, rounded up
             reader = reader.option("maxOffsetsPerTrigger", str(-(-cap // len(partitions))))
-        decoded.append(decode.decoded(reader.load(), skew))
-    parts = decode.fragments(decoded, _ms(cfg.watermark_delay_s))
-    packed = parts.mapInArrow(pack.pack_batches, packed_spark_schema(parts.schema))
-    return packed.groupBy(*pack.KEY).transformWithStateInPandas(
+        sources.append(reader.load())
+    rows = decode.key_rows(sources, _ms(cfg.watermark_delay_s), skew)
+    return rows.groupBy("probe", "kl", "ks").transformWithState(
         statefulProcessor=KeyFoldProcessor(fold_settings(cfg)),
         outputStructType=OUTPUT_SCHEMA, outputMode="Update", timeMode="EventTime")
 
@@ -140,7 +129,7 @@ def stage2(spark: Any, cfg: MonitorConfig, starting_offsets: str) -> Any:
              .withColumn("wm", F.coalesce("wm", F.lit(0)))
              # No watermark here: stage 2's clock is stage 1's, carried by the facts.
              .withColumn("bucket", F.expr(f"pmod(writer, {cfg.txn_buckets})")))
-    return facts.groupBy("probe", "bucket").transformWithStateInPandas(
+    return facts.groupBy("probe", "bucket").transformWithState(
         statefulProcessor=TxnFoldProcessor(int(cfg.grace_s * 1e9), cfg.verdict_memory,
                                            int(cfg.txn_retention_s * 1e9), cfg.txn_max_writers),
         outputStructType=OUTPUT_SCHEMA, outputMode="Update", timeMode="None")

@@ -1,6 +1,6 @@
-"""The Spark ``StatefulProcessor``s: thin adapters moving state bytes and frames.
+"""The Spark ``StatefulProcessor``s: thin adapters moving state bytes and rows.
 
-Why ``transformWithStateInPandas`` (Spark 4's arbitrary state API v2) and not
+Why ``transformWithState`` (Spark 4's arbitrary state API v2, its Row flavour) and not
 ``applyInPandasWithState``:
 
 - **Timers.** Absence verdicts (lost writes, unseen values, torn transactions) are due when the
@@ -8,15 +8,17 @@ Why ``transformWithStateInPandas`` (Spark 4's arbitrary state API v2) and not
   event-time timers with their own callback (``handleExpiredTimer``) and a watermark in every
   call; the older API has a single timeout per group and no watermark in data calls.
 - **Late events are folded, not dropped.** Neither operator gets a watermarked column (see
-  ``decode.fragments``), so nothing is filtered; TWS still reads the query's watermark.
+  ``decode.key_rows``), so nothing is filtered; TWS still reads the query's watermark.
 - **Typed, evolvable state** in the RocksDB store, readable offline with the state data source
   (``format("statestore")``) for investigations, and state schema checks on restart.
 - **Cost shape.** State calls go over a local socket (tens of microseconds each), so each call
   here does at most one ``get``, one ``update`` and one timer change per key and micro-batch,
   whatever the number of events: the key's whole ``KeyState`` is one binary value.
 
-Each processor yields one pandas frame per call. Columns are built as object Series from Python
-lists so nanosecond timestamps never pass through float64.
+Why Rows and not ``transformWithStateInPandas``: a key brings a few rows per micro-batch (its
+fragments, pickled, in one binary value per Arrow batch of events) and yields a few rows, so
+there is nothing for pandas to vectorize, while PySpark's pandas flavour builds a DataFrame for
+every key's input and converts every key's output frame to Arrow column by column.
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-import numpy as np
-import pandas as pd
+from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import (
     ArrayType,
@@ -41,8 +42,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from kmon.checker.events import unpack_fragments
+from kmon.checker.fragment import Fragment
+from kmon.streaming import decode
 from kmon.streaming import evidence as ev
-from kmon.streaming import frames
 from kmon.streaming.keyfold import DEAD, OUTPUT_COLUMNS, FoldSettings, KeyFold, timer_to_keep
 from kmon.streaming.txnfold import FACT_FIELDS, TxnBucket
 
@@ -72,25 +75,32 @@ OUTPUT_SCHEMA = StructType([
 assert tuple(f.name for f in OUTPUT_SCHEMA.fields) == OUTPUT_COLUMNS
 
 
-def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """``rows`` as one object block: one frame per key and micro-batch, so its cost counts
-    (a Series per column took 1.3 ms for a one-row frame, this 0.2 ms)."""
-    cells = np.empty((len(rows), len(OUTPUT_COLUMNS)), dtype=object)
-    for i, r in enumerate(rows):
-        for j, c in enumerate(OUTPUT_COLUMNS):
-            cells[i, j] = r.get(c)  # one cell at a time: a list value (e2e) stays one object
-    return pd.DataFrame(cells, columns=list(OUTPUT_COLUMNS), copy=False)
+def to_rows(rows: list[dict[str, Any]]) -> Iterator[Row]:
+    """``rows`` as output Rows, every column present in ``OUTPUT_SCHEMA``'s order."""
+    for r in rows:
+        yield Row(**{c: r.get(c) for c in OUTPUT_COLUMNS})
 
 
-def _dead_letters(reason: str, frames_: Iterator[pd.DataFrame]) -> list[dict[str, Any]]:
+def _dead_letters(reason: str, rows: Iterator[Row]) -> list[dict[str, Any]]:
     out = []
-    for pdf in frames_:  # packed rows: lists of raw values and their source positions
-        raws = [x for cell in pdf["dl_raw"].tolist() for x in cell]
-        srcs = [x for cell in pdf["dl_src"].tolist() for x in cell]
-        for raw, src in zip(raws, srcs, strict=True):
+    for row in rows:  # key rows of dead letters: each a pickled list of (raw, source)
+        for raw, src in decode.dead_letters(row.blob):
             out.append({"kind": DEAD, "atype": reason, "id": src, "raw": raw,
                         "body": ev.to_json({"reason": reason, "source": src})})
     return out
+
+
+def key_fragments(key: Any, rows: Iterator[Row]) -> tuple[
+        list[Fragment], tuple[str, int | None] | None]:
+    """One key's fragments from its key rows (in any order: the fold sorts them by op index),
+    and a placement they name."""
+    frags: list[Fragment] = []
+    placement = None
+    for row in rows:
+        frags.extend(unpack_fragments(key, row.blob))
+        if row.topic is not None:
+            placement = (row.topic, row.part)
+    return frags, placement
 
 
 class _Timed(StatefulProcessor):
@@ -182,16 +192,18 @@ class KeyFoldProcessor(_Timed):
     def close(self) -> None:
         self.profile.lap("spark")  # after the last key: the task's timers and output
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
-                        timerValues: Any) -> Iterator[pd.DataFrame]:
+    def handleInputRows(self, key: Any, rows: Iterator[Row],
+                        timerValues: Any) -> Iterator[Row]:
         probe, kl, ks = key
-        if probe == frames.DEAD_PROBE:  # dead letters ride along under their reason; no state
-            yield to_frame(_dead_letters(ks, rows))
+        if probe == decode.DEAD_PROBE:  # dead letters ride along under their reason; no state
+            yield from to_rows(_dead_letters(ks, rows))
+            return
+        if probe == decode.CLOCK_PROBE:  # carried a batch's clock to the watermark: no key
             return
         prof = self.profile
         prof.lap("spark")
-        k = frames.key_of(kl, ks)
-        frags, placement = frames.fragments(k, rows)
+        k = decode.key_of(kl, ks)
+        frags, placement = key_fragments(k, rows)
         prof.lap("frames")
         data = self._load()
         kf = KeyFold(probe, k, self.settings) if data is None else KeyFold.from_bytes(
@@ -202,22 +214,21 @@ class KeyFoldProcessor(_Timed):
         prof.lap("fold")
         self._save(kf, wm, out)
         prof.lap("save")
-        frame = to_frame(out)
+        yield from to_rows(out)
         prof.lap("output")
         prof.count(len(frags))
-        yield frame
 
     def handleExpiredTimer(self, key: Any, timerValues: Any,
-                           expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+                           expiredTimerInfo: Any) -> Iterator[Row]:
         probe = key[0]
         data = self._load()
-        if probe == frames.DEAD_PROBE or data is None:
+        if probe in (decode.DEAD_PROBE, decode.CLOCK_PROBE) or data is None:
             return
         kf = KeyFold.from_bytes(probe, data, self.settings)
         wm = _watermark_ns(timerValues)
         out = kf.wake(wm)
         self._save(kf, wm, out)
-        yield to_frame(out)
+        yield from to_rows(out)
 
 
 class TxnFoldProcessor(_Timed):
@@ -230,17 +241,13 @@ class TxnFoldProcessor(_Timed):
         self.verdict_memory = verdict_memory
         self.memory = (retain_ns, max_writers)  # how long / how many writers a bucket keeps
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
-                        timerValues: Any) -> Iterator[pd.DataFrame]:
+    def handleInputRows(self, key: Any, rows: Iterator[Row],
+                        timerValues: Any) -> Iterator[Row]:
         probe = key[0]
-        facts: list[dict[str, Any]] = []
-        for pdf in rows:
-            cols = [pdf[c].tolist() for c in FACT_FIELDS]
-            facts.extend(dict(zip(FACT_FIELDS, vals, strict=True))
-                         for vals in zip(*cols, strict=True))
+        facts = [{f: row[f] for f in FACT_FIELDS} for row in rows]
         data = self._load()
         b = TxnBucket(probe, self.grace_ns, self.verdict_memory, *self.memory) if data is None \
             else TxnBucket.from_bytes(probe, data, self.grace_ns, self.verdict_memory, *self.memory)
         out = b.batch(facts)
         self._save(b, 0, out)
-        yield to_frame(out)
+        yield from to_rows(out)

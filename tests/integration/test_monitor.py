@@ -227,15 +227,14 @@ def test_expected_state_server_warnings_are_quiet(run: dict, spark: Any) -> None
         assert log_manager.getLogger(name).getLevel().toString() == level
 
 
-def test_jvm_parts_make_the_checkers_fragments(spark: Any) -> None:
-    """from_avro and the explode in the JVM, packing and unpacking: exactly ``split``."""
+def test_the_reading_step_makes_the_checkers_fragments(spark: Any) -> None:
+    """Raw events through the monitor's reading step in Spark (header in the JVM, the compiled
+    reader in ``mapInArrow``, fragments pickled per key): exactly ``split``'s fragments."""
     import datetime
 
-    import pyarrow as pa
-
-    from kmon.checker.fragment import split
+    from kmon.checker.events import unpack_fragments
+    from kmon.checker.fragment import split, to_row
     from kmon.history.model import KeyPlacement, Rebalance
-    from kmon.streaming import frames, pack
 
     ops = [o for _, h in CASES.values() for o in h]
     ops += list(healthy(2_000, SynthConfig(keys=4, processes=2, keys_per_process=2)))
@@ -252,36 +251,26 @@ def test_jvm_parts_make_the_checkers_fragments(spark: Any) -> None:
     hdr = [(avro.SCHEMA_HEADER, bytearray(avro.schema_header_value()))]
     rows = [(bytearray(avro.encode_op(o)), hdr, datetime.datetime(2100, 1, 1), "ev", 0, n)
             for n, o in enumerate(ops)]
+    rows.append((bytearray(b"junk"), hdr, datetime.datetime(2100, 1, 1), "ev", 0, len(rows)))
     df = spark.createDataFrame(rows, "value binary, headers array<struct<key:string,"
                                "value:binary>>, timestamp timestamp, topic string, "
-                               "partition int, offset long")
-    parts = decode.fragments(decode.decoded(df, 300_000), "5 seconds")
-    table = pa.Table.from_batches(parts._collect_as_arrow())
-    # Only reads with string values fill the string arrays; the others carry empty ones, never
-    # nulls (Spark's Arrow writer is slow on null string arrays: docs/monitor.md).
-    strs = [k == decode.READ_STR for k in table["kind"].to_pylist()]
-    for c in ("r_str", "r_vs"):
-        assert table[c].null_count == 0
-        assert [len(x) > 0 for x in table[c].to_pylist()] == strs
-    packed = pa.concat_tables([pack.pack_table(table.slice(i, 700))
-                               for i in range(0, table.num_rows, 700)]).to_pandas()
-    got = {}
-    for (_, kl, ks), g in packed.groupby(["probe", "kl", "ks"], dropna=False, sort=False):
-        key = frames.key_of(kl, None if ks != ks else ks)
-        for fr in frames.fragments(key, [g.iloc[[i]] for i in range(len(g))])[0]:
-            got[(fr.op, fr.key)] = fr
+                               "partition int, offset long").repartition(3)
+    got: dict[tuple, list] = {}
+    dead = []
+    for r in decode.key_rows(df, "5 seconds", 300_000).collect():
+        if r.probe == decode.DEAD_PROBE:
+            dead += [(r.ks, src) for _, src in decode.dead_letters(r.blob)]
+            continue
+        key = decode.key_of(r.kl, r.ks)
+        for fr in unpack_fragments(key, r.blob):
+            got[(fr.op, fr.key)] = to_row(fr)
     want = {}
     for o in ops:
-        if o.type != "invoke" and o.f != "crash":
+        if o.type != "invoke":
             it = o.meta.invoke_time if o.meta and o.meta.invoke_time is not None else None
-            for fr in split(o, it):
-                want[(fr.op, fr.key)] = fr
-    assert set(got) == set(want)
-    for k, fr in want.items():
-        for f in ("key", "op", "process", "type", "f", "time", "invoke_time", "sends", "reads",
-                  "assigned", "rebalanced", "n_writes"):
-            assert getattr(got[k], f) == getattr(fr, f), (k, f)
-
+            want.update({(fr.op, fr.key): to_row(fr) for fr in split(o, it)})
+    assert got == want
+    assert dead == [(decode.UNDECODABLE, f"ev:0:{len(rows) - 1}")]
 
 
 def test_investigate_explains_the_monitors_own_evidence(
