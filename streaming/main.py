@@ -3,8 +3,7 @@
 ::
 
     KAFKA=org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0
-    AVRO=org.apache.spark:spark-avro_2.13:4.1.1
-    spark-submit --master spark://host:7077 --packages "$KAFKA,$AVRO" --py-files kmon.zip \\
+    spark-submit --master spark://host:7077 --packages "$KAFKA" --py-files kmon.zip \\
       "$(python -c 'import kmon.streaming.main as m; print(m.__file__)')" --config monitor.yaml
 
 Settings: ``--config`` (YAML) then ``--set key=value`` (see ``config.KEYS``), and the flags
