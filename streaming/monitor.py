@@ -2,8 +2,8 @@
 
 ::
 
-    events topic ─► decode (JVM: from_avro, contract checks, explode to per-key parts)
-                 ─► pack (mapInArrow: one row per key per Arrow batch)
+    events topic ─► read (JVM: schema header, timestamp; mapInArrow: the compiled reader splits
+                          each Arrow batch of events into one row per key, fragments pickled)
                  ─► stage 1: groupBy(probe, key).transformWithState(KeyFoldProcessor)
                  ─► foreachBatch ─► anomalies topic, dead-letter topic, metrics
                                  └► facts topic ─► stage 2: groupBy(probe, writer bucket)
@@ -48,7 +48,7 @@ SQL_CONF = {
     # Spark checks an Arrow batch's byte size after every row it writes to Python unless the
     # limit is INT_MAX, and for list columns that check walks the whole batch: quadratic.
     "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
-    # Bigger Arrow batches into the packing step: fewer, fuller packed rows per key.
+    # Bigger Arrow batches into the reading step: fewer, fuller rows per key.
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
 }
 
