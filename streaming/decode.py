@@ -47,6 +47,7 @@ from kmon.checker.events import (  # noqa: F401  (the dead-letter reasons, named
     VERSION_MISMATCH,
 )
 from kmon.history import avro
+from kmon.streaming import collector
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -113,7 +114,9 @@ def split_arrow(batches: Iterator[pa.RecordBatch],
                 max_skew_ns: int | None = None) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: each Arrow batch of raw events -> its key rows."""
     for b in batches:
-        yield key_batch(b, max_skew_ns)
+        with collector.paused():
+            rows = key_batch(b, max_skew_ns)
+        yield rows
 
 
 def key_batch(b: pa.RecordBatch, max_skew_ns: int | None = None) -> pa.RecordBatch:

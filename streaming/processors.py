@@ -44,7 +44,7 @@ from pyspark.sql.types import (
 
 from kmon.checker.events import unpack_fragments
 from kmon.checker.fragment import Fragment
-from kmon.streaming import decode
+from kmon.streaming import collector, decode
 from kmon.streaming import evidence as ev
 from kmon.streaming.keyfold import DEAD, OUTPUT_COLUMNS, FoldSettings, KeyFold, timer_to_keep
 from kmon.streaming.txnfold import FACT_FIELDS, TxnBucket
@@ -202,21 +202,23 @@ class KeyFoldProcessor(_Timed):
             return
         prof = self.profile
         prof.lap("spark")
-        k = decode.key_of(kl, ks)
-        frags, placement = key_fragments(k, rows)
-        prof.lap("frames")
-        data = self._load()
-        kf = KeyFold(probe, k, self.settings) if data is None else KeyFold.from_bytes(
-            probe, data, self.settings)
-        prof.lap("load")
-        wm = _watermark_ns(timerValues)
-        out = kf.batch(frags, placement, wm)
-        prof.lap("fold")
-        self._save(kf, wm, out)
-        prof.lap("save")
-        yield from to_rows(out)
-        prof.lap("output")
+        with collector.paused():
+            k = decode.key_of(kl, ks)
+            frags, placement = key_fragments(k, rows)
+            prof.lap("frames")
+            data = self._load()
+            kf = KeyFold(probe, k, self.settings) if data is None else KeyFold.from_bytes(
+                probe, data, self.settings)
+            prof.lap("load")
+            wm = _watermark_ns(timerValues)
+            out = kf.batch(frags, placement, wm)
+            prof.lap("fold")
+            self._save(kf, wm, out)
+            prof.lap("save")
+            output = list(to_rows(out))
+            prof.lap("output")
         prof.count(len(frags))
+        yield from output
 
     def handleExpiredTimer(self, key: Any, timerValues: Any,
                            expiredTimerInfo: Any) -> Iterator[Row]:
