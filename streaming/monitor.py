@@ -52,10 +52,6 @@ SQL_CONF = {
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
 }
 
-FACTS_SCHEMA = ("ARRAY<STRUCT<kind: STRING, writer: BIGINT, key: STRING, value: STRING, "
-                "offset: BIGINT, outcome: STRING, time: BIGINT, wm: BIGINT, probe: STRING, "
-                "topic: STRING, partition: INT>>")
-
 
 def fold_settings(cfg: MonitorConfig) -> FoldSettings:
     return FoldSettings(
@@ -121,17 +117,14 @@ def stage2(spark: Any, cfg: MonitorConfig, starting_offsets: str) -> Any:
            .option("startingOffsets", starting_offsets)
            .option("failOnDataLoss", "false")
            .load())
-    facts = (raw.select(F.explode_outer(F.from_json(F.col("value").cast("string"),
-                                                    FACTS_SCHEMA)).alias("x"))
-             .where("x IS NOT NULL AND x.writer IS NOT NULL AND x.time IS NOT NULL")
-             .select("x.*")
-             .withColumn("partition", F.coalesce("partition", F.lit(-1)))
-             .withColumn("wm", F.coalesce("wm", F.lit(0)))
-             # No watermark here: stage 2's clock is stage 1's, carried by the facts.
-             .withColumn("bucket", F.expr(f"pmod(writer, {cfg.txn_buckets})")))
-    return facts.groupBy("probe", "bucket").transformWithState(
+    key = F.split(F.col("key").cast("string"), "/", 2)  # <bucket>/<probe>: txnfold
+    records = (raw.select(key[0].cast("long").alias("bucket"), key[1].alias("probe"), "value")
+               .where("bucket IS NOT NULL AND probe IS NOT NULL"))
+    # No watermark here: stage 2's clock is stage 1's, carried by the facts.
+    return records.groupBy("probe", "bucket").transformWithState(
         statefulProcessor=TxnFoldProcessor(int(cfg.grace_s * 1e9), cfg.verdict_memory,
-                                           int(cfg.txn_retention_s * 1e9), cfg.txn_max_writers),
+                                           int(cfg.txn_retention_s * 1e9), cfg.txn_max_writers,
+                                           cfg.txn_buckets),
         outputStructType=OUTPUT_SCHEMA, outputMode="Update", timeMode="None")
 
 
@@ -197,7 +190,7 @@ class Monitor:
             anomalies_topic=self.cfg.anomalies_topic, facts_topic=self.cfg.facts_topic,
             dead_letter_topic=self.cfg.dead_letter_topic, producer=producer,
             metrics=self.metrics, store=HadoopSnapshotStore(spark, self.cfg.metrics_dir),
-            e2e_bounds_s=E2E_BUCKETS)
+            e2e_bounds_s=E2E_BUCKETS, txn_buckets=self.cfg.txn_buckets)
         restored = self.outputs.restore()
         if restored:
             log.info("restored metrics from the checkpoint (batches %s)",

@@ -5,7 +5,8 @@ facts, dead letters and per-key stats. One pass over the collected rows:
 
 1. evidence (anomalies and unseen verdicts) goes to the anomalies topic, keyed by its
    deterministic id, stamped with ``detected_at`` (wall clock of emission);
-2. facts go to the facts topic (stage 2's input), dead letters to the dead-letter topic with
+2. facts go to the facts topic (stage 2's input), regrouped by (probe, writer bucket), one
+   record per group (``txnfold.fact_records``); dead letters to the dead-letter topic with
    their reason and source position in headers;
 3. the producer is flushed (a failed delivery fails the micro-batch: it is retried, never
    dropped), then counters and gauges are updated and a snapshot written (``snapshots``).
@@ -30,6 +31,7 @@ from kmon.streaming import evidence as ev
 from kmon.streaming.keyfold import ANOMALY, DEAD, FACT, STATS, UNSEEN
 from kmon.streaming.metrics import MonitorMetrics, placement_labels
 from kmon.streaming.snapshots import SnapshotStore
+from kmon.streaming.txnfold import bucket_of, fact_records
 
 log = logging.getLogger("kmon.monitor")
 
@@ -99,14 +101,15 @@ class Outputs:
 
     def __init__(self, *, anomalies_topic: str, facts_topic: str, dead_letter_topic: str,
                  producer: Any, metrics: MonitorMetrics, store: SnapshotStore | None,
-                 e2e_bounds_s: tuple[float, ...], clock: Callable[[], float] = time.time,
-                 flush_timeout_s: float = 120.0) -> None:
+                 e2e_bounds_s: tuple[float, ...], txn_buckets: int = 16,
+                 clock: Callable[[], float] = time.time, flush_timeout_s: float = 120.0) -> None:
         self.topics = {ANOMALY: anomalies_topic, UNSEEN: anomalies_topic, FACT: facts_topic,
                        DEAD: dead_letter_topic}
         self.producer = producer
         self.metrics = metrics
         self.store = store
         self.e2e_bounds_s = e2e_bounds_s
+        self.txn_buckets = txn_buckets
         self.clock = clock
         self.flush_timeout_s = flush_timeout_s
         self.lock = threading.RLock()
@@ -168,16 +171,21 @@ class Outputs:
                 return
             now = self.clock()
             counts: list[Callable[[], None]] = []
+            facts: dict[tuple[str, int], list[dict[str, Any]]] = {}
             for r in rows:
                 kind = r["kind"]
                 if kind in (ANOMALY, UNSEEN):
                     self._evidence(r, now, counts)
                 elif kind == FACT:
-                    self._produce(self.topics[FACT], f"{r['probe']}/{r['key']}", r["body"])
+                    for f in json.loads(r["body"]):
+                        group = (r["probe"], bucket_of(f["writer"], self.txn_buckets))
+                        facts.setdefault(group, []).append(f)
                 elif kind == DEAD:
                     self._dead_letter(r, counts)
                 elif kind == STATS and stage == KEYS:
                     self._stats(r, counts)
+            for key, value in fact_records(facts):
+                self._produce(self.topics[FACT], key, value)
             self._flush()
             for c in counts:
                 c()

@@ -47,7 +47,7 @@ from kmon.checker.fragment import Fragment
 from kmon.streaming import collector, decode
 from kmon.streaming import evidence as ev
 from kmon.streaming.keyfold import DEAD, OUTPUT_COLUMNS, FoldSettings, KeyFold, timer_to_keep
-from kmon.streaming.txnfold import FACT_FIELDS, TxnBucket
+from kmon.streaming.txnfold import TxnBucket, facts_of
 
 STATE_SCHEMA = StructType([StructField("data", BinaryType(), False)])
 
@@ -238,15 +238,16 @@ class TxnFoldProcessor(_Timed):
     facts: no timers, no watermark of its own)."""
 
     def __init__(self, grace_ns: int, verdict_memory: int = 1024, retain_ns: int | None = None,
-                 max_writers: int | None = None) -> None:
+                 max_writers: int | None = None, buckets: int = 16) -> None:
         self.grace_ns = grace_ns
         self.verdict_memory = verdict_memory
         self.memory = (retain_ns, max_writers)  # how long / how many writers a bucket keeps
+        self.buckets = buckets
 
     def handleInputRows(self, key: Any, rows: Iterator[Row],
                         timerValues: Any) -> Iterator[Row]:
-        probe = key[0]
-        facts = [{f: row[f] for f in FACT_FIELDS} for row in rows]
+        probe, bucket = key
+        facts = [f for row in rows for f in facts_of(row.value, probe, bucket, self.buckets)]
         data = self._load()
         b = TxnBucket(probe, self.grace_ns, self.verdict_memory, *self.memory) if data is None \
             else TxnBucket.from_bytes(probe, data, self.grace_ns, self.verdict_memory, *self.memory)

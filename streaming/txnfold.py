@@ -23,11 +23,18 @@ Forgetting happens when facts arrive; a bucket idle forever keeps its last few w
 
 Facts of one batch are applied in (time, writer, key, value) order, so a replayed batch emits the
 same evidence; judging is incremental and order-independent in what it finds.
+
+**Facts records.** The driver regroups each stage 1 micro-batch's facts by (probe, bucket) and
+produces each group as one record (``fact_records``; split past ``FACTS_PER_RECORD``), keyed
+``<bucket>/<probe>``: stage 2 groups records by their key, without parsing them in the JVM,
+and a bucket's Python call parses a few JSON arrays (``facts_of``) instead of receiving one row
+per fact, which PySpark converts cell by cell.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 from typing import Any
 
@@ -40,6 +47,43 @@ _STATE_VERSION = 1
 
 FACT_FIELDS = ("kind", "writer", "key", "value", "offset", "outcome", "time", "wm", "probe",
                "topic", "partition")
+
+# Facts per record: a fact is about 250 bytes of JSON, and Kafka refuses records over 1 MB
+# by default.
+FACTS_PER_RECORD = 1000
+_REQUIRED = frozenset(("kind", "writer", "key", "value", "offset", "outcome", "time"))
+
+log = logging.getLogger("kmon.monitor")
+
+
+def bucket_of(writer: int, buckets: int) -> int:
+    return writer % buckets
+
+
+def fact_records(facts: dict[tuple[str, int], list[dict[str, Any]]]) -> list[tuple[str, str]]:
+    """(key, value) of the facts records of (probe, bucket) -> facts."""
+    out = []
+    for (probe, bucket), group in facts.items():
+        for i in range(0, len(group), FACTS_PER_RECORD):
+            out.append((f"{bucket}/{probe}", ev.to_json(group[i:i + FACTS_PER_RECORD])))
+    return out
+
+
+def facts_of(value: bytes, probe: str, bucket: int, buckets: int) -> list[dict[str, Any]]:
+    """The facts of (probe, bucket) in one facts record. A record that is not a JSON array of
+    such facts (the facts topic is the monitor's own, but shared topics happen) is logged and
+    its strays left out: stage 2 must never fail on data."""
+    try:
+        facts = json.loads(value)
+        kept = [f for f in facts if f.get("probe") == probe and f.keys() >= _REQUIRED
+                and bucket_of(int(f["writer"]), buckets) == bucket and f["time"] is not None]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        log.warning("stage 2 left out a facts record that is not one: %r", value[:200])
+        return []
+    if len(kept) < len(facts):
+        log.warning("stage 2 left out %d facts of other buckets in a record of %s/%s",
+                    len(facts) - len(kept), bucket, probe)
+    return kept
 
 
 class TxnBucket:

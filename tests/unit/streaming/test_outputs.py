@@ -19,6 +19,7 @@ from kmon.streaming.outputs import (
     interruption,
 )
 from kmon.streaming.snapshots import LocalSnapshotStore
+from kmon.streaming.txnfold import FACTS_PER_RECORD, facts_of
 
 
 class FakeMsg:
@@ -64,6 +65,30 @@ def _evidence(rid: str, anomaly: str = "lost-write", update: bool = False) -> di
                 body=json.dumps(body))
 
 
+def _fact(writer: int, probe: str = "p") -> dict:
+    return {"kind": "visible", "writer": writer, "key": "1", "value": "5", "offset": 3,
+            "outcome": "ok", "time": 10, "wm": 0, "probe": probe, "topic": "t", "partition": 0}
+
+
+def test_facts_are_regrouped_by_probe_and_writer_bucket_in_bounded_records(tmp_path) -> None:
+    out = _outputs(tmp_path)
+    many = [_fact(16 * i) for i in range(FACTS_PER_RECORD + 5)]  # all bucket 0
+    out.handle(KEYS, 0, [_row(FACT, body=json.dumps([_fact(3), *many[:10]])),
+                         _row(FACT, body=json.dumps(many[10:])),
+                         _row(FACT, probe="q", body=json.dumps([_fact(3, "q")]))])
+    got = [(k, json.loads(v)) for _, k, v, _ in out.producer.sent]
+    assert [(k, len(v)) for k, v in got] == [("3/p", 1), ("0/p", FACTS_PER_RECORD),
+                                             ("0/p", 5), ("3/q", 1)]
+    assert got[1][1] + got[2][1] == many
+    # stage 2 reads each record back for its own (probe, bucket) only
+    assert facts_of(json.dumps(many).encode(), "p", 0, 16) == many
+    assert facts_of(json.dumps([_fact(3), _fact(16)]).encode(), "p", 0, 16) == [_fact(16)]
+    assert facts_of(b"not json", "p", 0, 16) == []
+    assert facts_of(b'{"a": 1}', "p", 0, 16) == []
+    incomplete = {k: v for k, v in _fact(16).items() if k != "outcome"}
+    assert facts_of(json.dumps([incomplete, _fact(32)]).encode(), "p", 0, 16) == [_fact(32)]
+
+
 def _outputs(tmp_path, producer=None, metrics=None, now=2.0):
     return Outputs(anomalies_topic="an", facts_topic="fa", dead_letter_topic="dl",
                    producer=producer or FakeProducer(), metrics=metrics or MonitorMetrics(),
@@ -80,16 +105,17 @@ def test_batch_delivers_and_counts(tmp_path) -> None:
     out = _outputs(tmp_path)
     rows = [_evidence("a1"), _evidence("a1b", update=True),
             _row(UNSEEN, atype="unseen", id="u1", body=json.dumps({"id": "u1"})),
-            _row(FACT, body="[]"),
+            _row(FACT, body=json.dumps([_fact(33), _fact(1)])),
             _row(DEAD, atype="undecodable", id="ev:0:5", raw=b"\x00junk"),
             _row(STATS, unseen=2, lag=3_000_000_000, e2e=[1] + [0] * 15, e2e_sum=1000)]
     out.handle(KEYS, 0, rows)
     sent = out.producer.sent
     assert [(t, k) for t, k, _, _ in sent] == [("an", "a1"), ("an", "a1b"), ("an", "u1"),
-                                               ("fa", "p/1"), ("dl", "ev:0:5")]
+                                               ("dl", "ev:0:5"), ("fa", "1/p")]
     assert json.loads(sent[0][2])["detected_at"] == 2_000_000_000
-    assert sent[4][2] == b"\x00junk"
-    assert dict(sent[4][3])["kmon-dead-letter-reason"] == b"undecodable"
+    assert sent[3][2] == b"\x00junk"
+    assert dict(sent[3][3])["kmon-dead-letter-reason"] == b"undecodable"
+    assert json.loads(sent[4][2]) == [_fact(33), _fact(1)]  # writers 33 and 1: bucket 1 of 16
     m = out.metrics
     assert _count(m) == 1  # the update is evidence, not a new verdict
     reg = registry_with(m)
