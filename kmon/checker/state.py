@@ -25,9 +25,9 @@ positions while the window is under 64k offsets.
 Storage: the per-slot, per-chunk and per-block tables are ``librt.vecs`` vectors (mypyc's
 runtime library), whose elements compiled code reads and writes as plain C integers; an
 ``array.array`` element costs a boxed object and, for a write, argument parsing: about 370
-instructions against a handful. The value index stays an array: its element type changes with
-the window's size. A vector is replaced, not resized in place, when it grows: re-read it after
-``slot``.
+instructions against a handful. The value index is one of two vectors (``ix16``/``ix32``),
+as its element width follows the window's size. A vector is replaced, not resized in place, when
+it grows: re-read it after ``slot``.
 
 Offsets below ``base`` have been compacted: once the watermark is a grace period past every
 event that touched a chunk of 256 offsets and nothing is pending there, the chunk is dropped, so
@@ -36,7 +36,6 @@ memory follows the in-flight window, not the history.
 
 from __future__ import annotations
 
-import itertools
 import pickle
 import sys
 from array import array
@@ -110,10 +109,6 @@ MS: Final = 1_000_000
 HOUR: Final = 3600 * 1_000_000_000
 
 
-def _empty(typecode: str, n: int, fill: int) -> array[int]:
-    return array(typecode, [fill]) * n
-
-
 def _run64(n: int, fill: int) -> vec[i64]:
     return vec[i64]([fill] * n)
 
@@ -151,18 +146,6 @@ class Consumed:
         return code in self.codes
 
 
-# Byte value -> 1 if it has an OCCUPIED bit (both live in a flag's low byte), else 0.
-_OCCUPIED_BYTE: Final = bytes(1 if b & OCCUPIED else 0 for b in range(256))
-assert OCCUPIED < 256
-_LOW_BYTE: Final = 0 if sys.byteorder == "little" else 1  # of each 16-bit flag
-
-
-def _occupied(flg: vec[i16]) -> itertools.compress[int]:
-    """Slot numbers whose flags have an OCCUPIED bit, found in C rather than a Python loop."""
-    mask = bytes(memoryview(flg))[_LOW_BYTE::2].translate(_OCCUPIED_BYTE)
-    return itertools.compress(range(len(flg)), mask)
-
-
 class KeyState:
     """Everything the fold remembers about one key. See the module docstring."""
 
@@ -179,9 +162,10 @@ class KeyState:
         "frontier",
         "frontier_op",
         "ibase",
-        "index",
         "inone",
         "iused",
+        "ix16",
+        "ix32",
         "key",
         "last_revealed",
         "late",
@@ -220,9 +204,10 @@ class KeyState:
         # per chunk: earliest ack (in atime units) in it (INF: none)
         self.amin: vec[i64] = vec[i64]()
         self.bmin: vec[i64] = vec[i64]()  # per block of 16: the same, so lag queries scan little
-        # open addressing: code -> offset - ibase
-        self.index: array[int] = _empty("H", 16, _NO_SLOT["H"])
-        self.inone = _NO_SLOT["H"]  # the index's empty cell (kept: a typecode lookup is slow)
+        # the value index (see ``find``): code -> offset - ibase
+        self.ix16: vec[i16] = _run16(16, -1)
+        self.ix32: vec[i32] = vec[i32]()
+        self.inone = 0xFFFF  # the index's empty cell
         self.ibase = 0
         self.iused = 0
         self.vals: dict[int, Any] = {}  # code -> original value, for non-int values
@@ -424,19 +409,38 @@ class KeyState:
         val, flg = self.val, self.flg
         return {val[i] for i in range(len(flg)) if flg[i] & READ_OK and flg[i] & OCCUPIED}
 
+    # The index: open addressing, code -> position (offset - ``ibase``), in ``ix16`` while the
+    # window's positions fit in 16 unsigned bits (the vector's signed elements read back
+    # unsigned), else in ``ix32``; the other vector stays empty. ``inone`` marks an empty cell:
+    # 0xFFFF narrow, -1 wide. Vectors, not arrays: compiled code reads their cells as C ints.
+    def _isize(self) -> int:
+        return len(self.ix16) if self.inone > 0 else len(self.ix32)
+
+    def _cell(self, h: int) -> int:
+        if self.inone > 0:
+            return int(self.ix16[h]) & 0xFFFF
+        return int(self.ix32[h])
+
+    def _put(self, h: int, pos: int) -> None:
+        if self.inone < 0:
+            self.ix32[h] = pos
+        elif pos < 0:  # (what the unsigned array this replaced raised)
+            raise OverflowError("unsigned short is less than minimum")
+        else:
+            self.ix16[h] = pos - 0x10000 if pos > 0x7FFF else pos
+
     def find(self, code: int) -> int:
         """Offset of the slot holding ``code`` (its first home), or -1."""
-        index = self.index
-        size = len(index)
+        size = self._isize()
         h = (code ^ (code >> 29) ^ (code >> 47)) % size
-        base, val, ibase = self.base, self.val, self.ibase
+        val, ibase = self.val, self.ibase
+        stale = self.base - ibase  # entries below this point to compacted offsets: tombstones
         none = self.inone
         while True:
-            p = index[h]
+            p = self._cell(h)
             if p == none:
                 return -1
-            i = p + ibase - base
-            if i >= 0 and val[i] == code:  # entries below base are compacted: tombstones
+            if p >= stale and val[p - stale] == code:
                 return p + ibase
             h += 1
             if h == size:
@@ -448,15 +452,14 @@ class KeyState:
         Returns the offset of its home (>= 0), or else a negative ticket for ``index_at``: one
         walk of the probe chain instead of two for a value about to be indexed.
         """
-        index = self.index
-        size = len(index)
+        size = self._isize()
         h = (code ^ (code >> 29) ^ (code >> 47)) % size
         val, ibase = self.val, self.ibase
         stale = self.base - ibase  # entries below this point to compacted offsets
         none = self.inone
         free = -1  # the first tombstone on the chain: index_add reuses it
         while True:
-            p = index[h]
+            p = self._cell(h)
             if p == none:
                 return -2 - (h << 1) if free < 0 else -1 - (free << 1)
             if p < stale:
@@ -471,69 +474,81 @@ class KeyState:
     def index_at(self, ticket: int, off: int, code: int) -> None:
         """``index_add(off, code)`` where the ``probe`` that gave ``ticket`` found room."""
         pos = off - self.ibase
-        index = self.index
-        if pos >= 0xFFFF and self.inone == _NO_SLOT["H"]:
+        if pos >= 0xFFFF and self.inone > 0:
             self.index_add(off, code)
             return
         h = -1 - ticket
-        index[h >> 1] = pos
+        self._put(h >> 1, pos)
         if h & 1:  # an empty cell, not a reused tombstone
             self.iused += 1
-            if self.iused * 10 > len(index) * 7:  # at most 70% full, tombstones included
+            if self.iused * 10 > self._isize() * 7:  # at most 70% full, tombstones included
                 self.rebuild_index()
 
     def index_add(self, off: int, code: int) -> None:
         pos = off - self.ibase
-        index = self.index
-        if pos >= 0xFFFF and self.inone == _NO_SLOT["H"]:
+        if pos >= 0xFFFF and self.inone > 0:
             self.rebuild_index()  # the window outgrew 16-bit positions
-            pos, index = off - self.ibase, self.index
+            pos = off - self.ibase
         none = self.inone
-        size = len(index)
+        size = self._isize()
         h = (code ^ (code >> 29) ^ (code >> 47)) % size
         stale = self.base - self.ibase  # entries below this point to compacted offsets
         while True:
-            p = index[h]
+            p = self._cell(h)
             if p == none:
                 break
             if p < stale:  # reuse a tombstone: the caller knows ``code`` is not indexed
-                index[h] = pos
+                self._put(h, pos)
                 return
             h += 1
             if h == size:
                 h = 0
-        index[h] = pos
+        self._put(h, pos)
         self.iused += 1
         if self.iused * 10 > size * 7:  # at most 70% full, tombstones included
             self.rebuild_index()
 
     def rebuild_index(self) -> None:
         """Rebuild the value index from the window (any size will do: probing is modulo)."""
-        val = self.val
-        live = list(_occupied(self.flg))  # occupied slots hold values (codes), never EMPTY
+        val, flg = self.val, self.flg
+        n = len(flg)
+        live = 0  # occupied slots hold values (codes), never EMPTY
+        for i in range(n):
+            if flg[i] & OCCUPIED:
+                live += 1
         # Mostly tombstones (a steady online window): rebuild tight. Mostly growth (a window
         # that keeps growing, offline): leave room, so rebuilds stay geometric and rare.
-        grows = len(live) * 13 > self.iused * 10
-        size = max(16, (len(live) * 3 if grows else len(live) * 9 // 5) + 1)
-        typecode = "H" if len(self.val) < 0xFFFF else "i"
-        none = _NO_SLOT[typecode]
-        self.index = index = _empty(typecode, size, none)
-        self.inone = none
+        grows = live * 13 > self.iused * 10
+        size = max(16, (live * 3 if grows else live * 9 // 5) + 1)
+        self._empty_index(size, narrow=n < 0xFFFF)
         self.ibase = self.base
+        none = self.inone
         # What index_add would do for each live value in turn, inline: the table is fresh (no
         # tombstones), positions are slot numbers, and it stays under 70% full.
-        seen: set[int] = set()
-        for i in live:
-            c = val[i]
-            if c not in seen and c != EMPTY:  # a value held at two offsets keeps its first home
-                seen.add(c)
-                h = (c ^ (c >> 29) ^ (c >> 47)) % size
-                while index[h] != none:
-                    h += 1
-                    if h == size:
-                        h = 0
-                index[h] = i
-        self.iused = len(seen)
+        used = 0
+        for i in range(n):
+            if not flg[i] & OCCUPIED or val[i] == EMPTY:
+                continue
+            c: int = val[i]
+            h = (c ^ (c >> 29) ^ (c >> 47)) % size
+            while True:
+                p = self._cell(h)
+                if p == none:
+                    self._put(h, i)
+                    used += 1
+                    break
+                if val[p] == c:  # a value held at two offsets keeps its first home
+                    break
+                h += 1
+                if h == size:
+                    h = 0
+        self.iused = used
+
+    def _empty_index(self, size: int, narrow: bool) -> None:
+        if narrow:
+            self.ix16, self.ix32, self.inone = _run16(size, -1), vec[i32](), 0xFFFF
+        else:
+            self.ix16, self.ix32, self.inone = vec[i16](), _run32(size, -1), -1
 
     # -- writer records -----------------------------------------------------------------------
     def record_of(self, code: int) -> tuple[int, list | None]:
@@ -556,10 +571,10 @@ class KeyState:
         return sum(memoryview(t).nbytes for t in self.tables())
 
     def tables(self) -> tuple[Any, ...]:
-        """The packed tables, in ``TABLES`` order (``atime``: the vector in use)."""
+        """The packed tables, in ``TABLES`` order (``atime``, ``index``: the vector in use)."""
         atime = self.at64 if self.exact_time else self.at32
-        return (self.val, self.flg, self.wref, atime, self.ctime, self.amin, self.bmin,
-                self.index)
+        index = self.ix16 if self.inone > 0 else self.ix32
+        return (self.val, self.flg, self.wref, atime, self.ctime, self.amin, self.bmin, index)
 
     def nbytes(self) -> int:
         """Approximate retained bytes: packed arrays plus side tables and their contents."""
@@ -579,7 +594,7 @@ class KeyState:
             "v": 3,
             "key": self.key,
             "scalars": tuple(getattr(self, name) for name in _SCALARS),
-            "arrays": tuple(_packed(t) for t in self.tables()),
+            "arrays": (*(_packed(t) for t in self.tables()[:-1]), self._packed_index()),
             "wide_writers": self.wide_writers,
             "vals": self.vals,
             "loose": self.loose,
@@ -634,8 +649,17 @@ class KeyState:
                 if w != -(1 << 63) and self.obase is not None:
                     self.set_writer(i, w + self.obase)
         code, raw = tables["index"]
-        self.index = array(code, raw)
+        if code == "H":
+            self.ix16, self.ix32 = vec[i16](memoryview(raw).cast("h")), vec[i32]()
+        else:
+            self.ix16, self.ix32 = vec[i16](), vec[i32](memoryview(raw).cast("i"))
         self.inone = _NO_SLOT[code]
+
+    def _packed_index(self) -> tuple[str, bytes]:
+        """The index as the arrays before it packed: 16-bit positions are unsigned ("H")."""
+        if self.inone > 0:
+            return "H", bytes(memoryview(self.ix16))
+        return "i", bytes(memoryview(self.ix32))
 
 
 TABLES: Final = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
