@@ -113,8 +113,10 @@ def apply_run(st: KeyState, frags: list[Fragment], start: int, cfg: FoldConfig, 
     return n
 
 
+# Ints in [_DIRECT_MIN, _DIRECT_MAX] are their own code (values.encode, inline). Both bounds
+# fit mypyc's unboxed ints: a bound of 1 << 62 made every comparison a call on a boxed int.
 _DIRECT_MIN: Final = -(1 << 62)
-_DIRECT_END: Final = 1 << 62
+_DIRECT_MAX: Final = (1 << 62) - 1
 
 
 def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
@@ -126,7 +128,7 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     u = 0  # t in atime units, computed when first needed (the first call fixes a compact tbase)
     placed = []
     for v, off in fr.sends or ():
-        c: int = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
+        c: int = v if type(v) is int and _DIRECT_MIN <= v <= _DIRECT_MAX else st.code(v)
         if off is not None and ok:
             i = off - st.base
             if i >= len(st.flg) and st.base >= 0 and t > 0:
@@ -194,9 +196,10 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     prev_off = prev_v = None
     hi = -1
     for off, v in reads:
-        c: int = v if type(v) is int and _DIRECT_MIN <= v < _DIRECT_END else st.code(v)
+        c: int = v if type(v) is int and _DIRECT_MIN <= v <= _DIRECT_MAX else st.code(v)
         i = off - st.base
-        f: int = flg[i] if 0 <= i < len(flg) and val[i] == c else 0  # int: no boxed join
+        # int(...): a join of the vector's i16 and the literal's int would be a boxed object
+        f = int(flg[i]) if 0 <= i < len(flg) and val[i] == c else 0
         if f & OCCUPIED and f & W_ANY and not f & _NEEDS_JUDGING:
             # The common case: read where its send put it, by a known, unfailed writer.
             if not f & READ:

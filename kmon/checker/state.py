@@ -325,7 +325,9 @@ class KeyState:
     def ack(self, i: int) -> int:
         """Slot ``i``'s ``atime``: when its offset was first revealed, in units (0: never); in
         an empty slot a crossing keeps a small int here (``set_small``)."""
-        return self.at64[i] if self.exact_time else self.at32[i]
+        if self.exact_time:  # (statements, not a conditional: its i64/i32 join would box)
+            return self.at64[i]
+        return self.at32[i]
 
     def set_ack(self, i: int, x: int) -> None:
         if self.exact_time:

@@ -14,7 +14,8 @@ from typing import Final
 EMPTY: Final = -(1 << 63)
 _DIRECT_MIN: Final = -(1 << 62)
 _TAG: Final = 1 << 62
-_MASK: Final = _TAG - 1
+_MASK: Final = _TAG - 1  # also the largest direct code: compiled, comparisons with it stay
+# unboxed (``_TAG`` itself is past mypyc's unboxed ints)
 
 
 def _hashed(v: object) -> int:
@@ -25,7 +26,7 @@ def _hashed(v: object) -> int:
 
 def encode(v: object, table: dict[int, object]) -> int:
     """The code of ``v``; non-direct values are remembered in ``table`` for decoding."""
-    if type(v) is int and _DIRECT_MIN <= v < _TAG:
+    if type(v) is int and _DIRECT_MIN <= v <= _MASK:
         return v
     code = _hashed(v)
     table[code] = v
@@ -33,8 +34,8 @@ def encode(v: object, table: dict[int, object]) -> int:
 
 
 def decode(code: int, table: dict[int, object]) -> object:
-    return table.get(code, code) if code >= _TAG else code
+    return table.get(code, code) if code > _MASK else code
 
 
 def is_direct(code: int) -> bool:
-    return code < _TAG
+    return code <= _MASK
