@@ -21,9 +21,13 @@ from kmon.checker.state import OCCUPIED, VER, W_ANY, W_FAIL, KeyState
 from kmon.checker.torn import TxnStage
 from kmon.checker.unseen import unseen_values
 from kmon.checker.values import EMPTY
-from kmon.history.model import MOP_FS, OP_FS, Op, is_clock_tick
+from kmon.history.model import MOP_FS, OP_FS, TICK_PROCESS, Op
 
+# Final copies of the op model's constants: compiled code reads these directly, where a name
+# imported from an interpreted module is a dict lookup at every use.
 _OP_FS: Final = frozenset(OP_FS)
+_MOP_FS: Final = frozenset(MOP_FS)
+_TICK_PROCESS: Final[object] = TICK_PROCESS
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +74,21 @@ class Checker:
         # The op's fields are read once: each read of an (interpreted) Op attribute costs more
         # than the rest of a common op's bookkeeping here.
         f, ty, process, t = op.f, op.type, op.process, op.time
-        if f not in _OP_FS or (ty == "invoke" and is_clock_tick(op)):
+        # (The clock-tick test is ``model.is_clock_tick``, inline: a call into interpreted code
+        # cost more than the rest of an invoke's bookkeeping.)
+        if f not in _OP_FS or (ty == "invoke" and process == _TICK_PROCESS):
             return  # nemesis and other non-client ops; the monitor's clock ticks
         self.ops += 1
-        if f in MOP_FS:
+        if f in _MOP_FS:
             self.workload_ops += 1
         if ty == "invoke":
             self.invoked_at[process] = t
             return
-        invoke_time = self.invoked_at.pop(process, t)
+        invoke_time = self.invoked_at.get(process)  # (pop with a default is a method call)
+        if invoke_time is None:
+            invoke_time = t
+        else:
+            del self.invoked_at[process]
         meta = op.meta
         if meta is not None and meta.invoke_time is not None:
             invoke_time = meta.invoke_time  # what the online monitor uses too
@@ -97,7 +107,7 @@ class Checker:
             self._route_facts()
         if self.config.collect_lags and ty == "ok" and f != "send":
             self._lag_of_tracked(process, f, value, frags, invoke_time)
-        if self.config.cycles and ty != "fail" and f in MOP_FS:
+        if self.config.cycles and ty != "fail" and f in _MOP_FS:
             for k, pairs in op.reads().items():
                 for _, v in pairs:
                     self.reads.add((op.index, k, v))
