@@ -24,7 +24,6 @@ from kmon.checker.state import (
     INF,
     MULTI,
     OCCUPIED,
-    OUTCOME_FLAG,
     READ,
     READ_OK,
     SENT,
@@ -121,21 +120,26 @@ _DIRECT_MAX: Final = (1 << 62) - 1
 
 def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
     ty = fr.type
-    wflags = OUTCOME_FLAG.get(ty, W_INFO) | (MULTI if fr.n_writes > 1 else 0)
+    # state.OUTCOME_FLAG.get(ty, W_INFO), as comparisons: a dict lookup costs more than the rest of
+    # a common send's bookkeeping
+    outcome = W_OK if ty == "ok" else W_FAIL if ty == "fail" else W_INFO
+    wflags = outcome | (MULTI if fr.n_writes > 1 else 0)
     fresh = wflags | SENT | VER  # an acknowledged value in an untouched slot
     ok = wflags & W_OK
     t, op = fr.time, fr.op
     u = 0  # t in atime units, computed when first needed (the first call fixes a compact tbase)
     placed = []
-    for v, off in fr.sends or ():
+    for v, off in fr.sends or []:  # (a list either way: compiled, a loop without an iterator)
         c: int = v if type(v) is int and _DIRECT_MIN <= v <= _DIRECT_MAX else st.code(v)
         if off is not None and ok:
             i = off - st.base
             if i >= len(st.flg) and st.base >= 0 and t > 0:
                 st.slot(off)  # grow the window here, as place_send would, and stay on this path
             val, flg, ctime = st.val, st.flg, st.ctime  # vectors are replaced when they grow
-            if (0 <= i < len(flg) and not flg[i] and c not in st.loose
-                    and c not in st.pending_reads and (ticket := st.probe(c)) < 0):
+            # (an emptiness test first: ``c in d`` boxes c, and both are usually empty)
+            if (0 <= i < len(flg) and not flg[i] and (not st.loose or c not in st.loose)
+                    and (not st.pending_reads or c not in st.pending_reads)
+                    and (ticket := st.probe(c)) < 0):
                 # The common case, inline: first news of this value, at an untouched offset.
                 val[i] = c
                 flg[i] = fresh
@@ -188,12 +192,16 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
     # ok and info completions reveal the offsets they read (0: a failed op reveals nothing)
     u = st.units(fr.time) if ty != "fail" else 0
     own = {v for v, _ in fr.sends} if fr.sends else None  # raw values: no encoding needed
-    own_read = []
+    own_read: list[Any] | None = None  # (made when needed: most polls have no sends)
     internal = not fr.rebalanced
     t, op, process = fr.time, fr.op, fr.process
     val, flg, ctime = st.val, st.flg, st.ctime
     e2e, key = sink.e2e, st.key
-    prev_off = prev_v = None
+    # The previous read, once there is one (``started``): an int offset, not an optional one,
+    # which compiled code would box per read.
+    started = False
+    prev_off = -1
+    prev_v: Any = None
     hi = -1
     for off, v in reads:
         c: int = v if type(v) is int and _DIRECT_MIN <= v <= _DIRECT_MAX else st.code(v)
@@ -224,9 +232,12 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
             val, flg, ctime = st.val, st.flg, st.ctime  # vectors are replaced when they grow
             aborted_read.judge_read(st, c, off, op, process, t, deadline, ok, sink)
         if own is not None and v in own:
+            if own_read is None:
+                own_read = []
             own_read.append(v)
-        if prev_off is not None and off != prev_off + 1 and internal:
+        if started and off != prev_off + 1 and internal:
             poll_skip.within_op(st, prev_off, prev_v, off, v, op, process, sink)
+        started = True
         prev_off, prev_v = off, v
         if off > hi:
             hi = off
