@@ -101,14 +101,11 @@ def split_fields(
 ) -> list[Fragment]:
     """``split`` for a caller that has already read the op's fields (each read of an
     interpreted object's attribute costs more than the rest of the common case)."""
-    if (f in _MOP_FS and value and len(value) == 1 and not (rebalance_log and ty != "invoke")):
-        # The common shapes, without the per-key dict: one send, or one poll.
-        m = value[0]
-        if m[0] == "send":
-            return [Fragment(m[1], idx, proc, ty, f, t, it, [(m[2], m[3])], None, False, False, 1)]
-        if m[0] == "poll":
-            return [Fragment(k, idx, proc, ty, f, t, it, None, pairs)
-                    for k, pairs in (m[1] or {}).items()]
+    if (f in _MOP_FS and type(value) is list and len(value) == 1
+            and not (rebalance_log and ty != "invoke")):
+        frags = _one_mop(value[0], idx, proc, ty, f, t, it)
+        if frags is not None:
+            return frags
     by_key: dict[Any, Fragment] = {}
     if f in _MOP_FS and value:
         n_writes = 0
@@ -146,3 +143,25 @@ def split_fields(
                     fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
                 fr.rebalanced = True
     return list(by_key.values())
+
+
+def _one_mop(m: Any, idx: int, proc: Any, ty: str, f: str, t: int, it: int
+             ) -> list[Fragment] | None:
+    """The common shapes, without the per-key dict: one send, or one poll (None: another
+    shape, for ``split_fields``' general loop, which gives the same fragments). The type tests
+    let compiled code index the tuple, compare the string and walk the dict directly."""
+    if type(m) is not tuple:
+        return None
+    kind = m[0]
+    if type(kind) is not str:
+        return None
+    if kind == "send":
+        return [Fragment(m[1], idx, proc, ty, f, t, it, [(m[2], m[3])], None, False, False, 1)]
+    if kind == "poll":
+        reads = m[1]
+        if type(reads) is dict:
+            return [Fragment(k, idx, proc, ty, f, t, it, None, pairs)
+                    for k, pairs in reads.items()]
+        if not reads:
+            return []
+    return None
