@@ -138,17 +138,18 @@ class Checker:
             tracked = self.tracked[p] = set()
         touched = {fr.key for fr in frags}
         lags, keys = self.sink.lags, self.keys
+        at: Any = invoke_time  # boxed once, not once per sample
         for k in tracked:
             if k in touched:
                 continue  # sampled by the fold
             st = keys.get(k)
             if st is None:
-                lags.append((invoke_time, p, k, 0))
+                lags.append((at, p, k, 0))
                 continue
             pp = st.procs.get(p)
             pos = -1 if pp is None else pp.lag_pos
             if pos >= st.last_revealed:
-                lags.append((invoke_time, p, k, 0))
+                lags.append((at, p, k, 0))
             else:
                 realtime_lag.sample(st, pos, invoke_time, p, self.sink)
         tracked.update(touched)  # always: even a no-op update may resize, reordering samples
