@@ -171,11 +171,20 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
         if placed:
             send_order.between_ops(st, pp, placed, op, fr.process, sink)
             if fr.f == "txn" and placed[-1][0] > pp.lag_pos:
-                pp.lag_pos = max(o for o, _ in placed)  # a txn's own sends count (Jepsen)
+                pp.lag_pos = _highest(placed)  # a txn's own sends count (Jepsen)
     elif ty == "info":
         # The send went somewhere unknown (or nowhere): compare the next send with nothing.
         pp.send_off, pp.send_val = placed[-1] if placed else (None, None)
         pp.send_op = op
+
+
+def _highest(placed: list[tuple[int, Any]]) -> int:
+    """The highest offset in ``placed`` (``max`` over a generator: an interpreted-speed call)."""
+    top = placed[0][0]
+    for o, _ in placed:
+        if o > top:
+            top = o
+    return top
 
 
 # Reads of these writers' values may be G1a or atomicity facts.
@@ -297,14 +306,20 @@ def finish(st: KeyState, sink: Sink) -> None:
     lost_write.decide(st, INF, sink)
 
 
+# (The two scans below compare typed ints: ``min`` of an int and a list item is a generic
+# builtin call, with the int boxed, once per pending verdict.)
 def _pinned_offset(st: KeyState) -> int:
     """Lowest offset a pending verdict still refers to."""
     low = INF
     for cand in st.cands:
-        low = min(low, cand[1])
+        off: int = cand[1]
+        if off < low:
+            low = off
     for waiting in st.pending_reads.values():
         for w in waiting:
-            low = min(low, w[1])
+            off = w[1]
+            if off < low:
+                low = off
     return low
 
 
@@ -312,10 +327,14 @@ def next_deadline(st: KeyState) -> int:
     """When ``advance`` next has something to decide for this key (INF: nothing pending)."""
     due = INF
     for cand in st.cands:
-        due = min(due, cand[0])
+        t: int = cand[0]
+        if t < due:
+            due = t
     for waiting in st.pending_reads.values():
         for w in waiting:
-            due = min(due, w[2])
+            t = w[2]
+            if t < due:
+                due = t
     return due
 
 
