@@ -26,8 +26,9 @@ from kmon.history.model import MOP_FS, OP_FS, TICK_PROCESS, Op
 # Final copies of the op model's constants: compiled code reads these directly, where a name
 # imported from an interpreted module is a dict lookup at every use.
 _OP_FS: Final = frozenset(OP_FS)
-_MOP_FS: Final = frozenset(MOP_FS)
 _TICK_PROCESS: Final[object] = TICK_PROCESS
+# ``apply`` tests ``f in MOP_FS`` as string comparisons: they must name the same fs.
+assert frozenset(("send", "poll", "txn")) == MOP_FS
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +76,13 @@ class Checker:
         # than the rest of a common op's bookkeeping here.
         f, ty, process, t = op.f, op.type, op.process, op.time
         # (The clock-tick test is ``model.is_clock_tick``, inline: a call into interpreted code
-        # cost more than the rest of an invoke's bookkeeping.)
-        if f not in _OP_FS or (ty == "invoke" and process == _TICK_PROCESS):
+        # cost more than the rest of an invoke's bookkeeping. String comparisons decide the
+        # workload ops before any set lookup.)
+        mop = f == "send" or f == "poll" or f == "txn"  # f in MOP_FS
+        if not (mop or f in _OP_FS) or (ty == "invoke" and process == _TICK_PROCESS):
             return  # nemesis and other non-client ops; the monitor's clock ticks
         self.ops += 1
-        if f in _MOP_FS:
+        if mop:
             self.workload_ops += 1
         if ty == "invoke":
             self.invoked_at[process] = t
@@ -107,7 +110,7 @@ class Checker:
             self._route_facts()
         if self.config.collect_lags and ty == "ok" and f != "send":
             self._lag_of_tracked(process, f, value, frags, invoke_time)
-        if self.config.cycles and ty != "fail" and f in _MOP_FS:
+        if self.config.cycles and ty != "fail" and mop:
             for k, pairs in op.reads().items():
                 for _, v in pairs:
                     self.reads.add((op.index, k, v))
