@@ -101,7 +101,8 @@ def split_fields(
 ) -> list[Fragment]:
     """``split`` for a caller that has already read the op's fields (each read of an
     interpreted object's attribute costs more than the rest of the common case)."""
-    if (f in _MOP_FS and type(value) is list and len(value) == 1
+    # (f in _MOP_FS as string comparisons: cheaper than a set lookup on the common path)
+    if ((f == "send" or f == "poll" or f == "txn") and type(value) is list and len(value) == 1
             and not (rebalance_log and ty != "invoke")):
         frags = _one_mop(value[0], idx, proc, ty, f, t, it)
         if frags is not None:
@@ -109,26 +110,14 @@ def split_fields(
     by_key: dict[Any, Fragment] = {}
     if f in _MOP_FS and value:
         n_writes = 0
-        for m in value:
-            if m[0] == "send":
-                n_writes += 1
-                k = m[1]
-                fr = by_key.get(k)
-                if fr is None:
-                    fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
-                if fr.sends is None:
-                    fr.sends = [(m[2], m[3])]
-                else:
-                    fr.sends.append((m[2], m[3]))
-            elif m[0] == "poll":
-                for k, pairs in (m[1] or {}).items():
-                    fr = by_key.get(k)
-                    if fr is None:
-                        fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
-                    fr.reads = pairs if fr.reads is None else [*fr.reads, *pairs]
+        # Typed as a list of tuples (copies only for other sequences, which index alike), so
+        # compiled code walks and indexes them directly.
+        for m in value if type(value) is list else list(value):
+            n_writes += _add_mop(by_key, m if type(m) is tuple else tuple(m), idx, proc, ty, f,
+                                 t, it)
         if n_writes:
-            for fr in by_key.values():
-                fr.n_writes = n_writes
+            for written in by_key.values():
+                written.n_writes = n_writes
     elif f in ("assign", "subscribe") and ty != "invoke" and value:
         for k in value:
             fr = by_key.get(k)
@@ -143,6 +132,39 @@ def split_fields(
                     fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
                 fr.rebalanced = True
     return list(by_key.values())
+
+
+def _add_mop(by_key: dict[Any, Fragment], m: tuple, idx: int, proc: Any, ty: str, f: str,
+             t: int, it: int) -> int:
+    """Add mop ``m`` of a multi-mop op to its keys' fragments; 1 if it was a send, else 0."""
+    kind = m[0]
+    if kind == "send":
+        k = m[1]
+        fr = by_key.get(k)
+        if fr is None:
+            fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
+        if fr.sends is None:
+            fr.sends = [(m[2], m[3])]
+        else:
+            fr.sends.append((m[2], m[3]))
+        return 1
+    if kind == "poll":
+        reads = m[1]
+        if type(reads) is dict:  # (walked directly by compiled code)
+            for k, pairs in reads.items():
+                _add_reads(by_key, k, pairs, idx, proc, ty, f, t, it)
+        else:
+            for k, pairs in (reads or {}).items():
+                _add_reads(by_key, k, pairs, idx, proc, ty, f, t, it)
+    return 0
+
+
+def _add_reads(by_key: dict[Any, Fragment], k: Any, pairs: Any, idx: int, proc: Any, ty: str,
+               f: str, t: int, it: int) -> None:
+    fr = by_key.get(k)
+    if fr is None:
+        fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
+    fr.reads = pairs if fr.reads is None else [*fr.reads, *pairs]
 
 
 def _one_mop(m: Any, idx: int, proc: Any, ty: str, f: str, t: int, it: int
