@@ -179,3 +179,26 @@ def test_far_writers_survive_serialization_compaction_and_the_previous_format():
     assert [old.writer(i) for i in (0, 1, 2, CHUNK)] == [7, 7 + far, -1, 9 + far]
     again.drop_front(CHUNK)
     assert again.writer(0) == 9 + far and list(again.wide_writers) == [CHUNK]
+
+
+def test_value_index_finds_values_across_16_bit_positions():
+    # The value index keeps 16-bit positions (above 0x7FFF read back unsigned) until the window
+    # outgrows them, then 32-bit ones. Values sent at offsets around both limits and read again
+    # elsewhere must be found through it (a duplicate each), and survive serialization.
+    offsets = [0, 1, 0x7FFF, 0x8000, 0xFFFE, 0xFFFF, 0x10000, 70_000]
+    sends = [(0, "ok", "send", [send(1, 100 + n, off)]) for n, off in enumerate(offsets)]
+    reads = [(1, "ok", "poll", [poll({1: [(off + 3, 100 + n)]})])
+             for n, off in enumerate(offsets)]
+    narrow, wide = history(*sends[:5], *reads[:5]), history(*sends, *reads)
+    for h, width in ((narrow, "H"), (wide, "i")):
+        checker = Checker(CheckConfig(cycles=False))
+        for op in h:
+            checker.apply(op)
+        st = checker.keys[1]
+        assert pickle.loads(st.to_bytes())["arrays"][-1][0] == width
+        again = KeyState.from_bytes(st.to_bytes())
+        assert again.to_bytes() == st.to_bytes()
+        assert [again.find(100 + n) for n in range(len(h) // 4)] == offsets[:len(h) // 4]
+        dups = checker.finish().errors["duplicate"]
+        assert sorted((d["value"], d["offsets"]) for d in dups) == [
+            (100 + n, [off, off + 3]) for n, off in enumerate(offsets[:len(h) // 4])]
