@@ -115,10 +115,14 @@ def build_spark_session(
 
 # Loggers whose warnings are expected in normal operation and drown the ones that matter.
 # The transformWithState state server warns on every read of a state value that does not exist
-# yet: once per new key, which for the transaction stage is once per transaction.
+# yet: once per new key, which for the transaction stage is once per transaction. The trigger's
+# executor warns on every micro-batch longer than the trigger, which on a small machine is every
+# one; what matters, a backlog that grows, shows in kmon_monitor_watermark_delay_seconds
+# (KmonMonitorFallingBehind) and kmon_monitor_batch_duration_seconds.
 QUIET_LOGGERS = {
     "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer":
         "ERROR",
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor": "ERROR",
 }
 
 

@@ -217,14 +217,18 @@ def test_the_monitor_is_prometheus_scrapable(run: dict) -> None:
         assert f"\n{name}" in text, name
 
 
-def test_expected_state_server_warnings_are_quiet(run: dict, spark: Any) -> None:
+def test_expected_warnings_are_quiet(run: dict, spark: Any) -> None:
     """The state server's warning for every first read of a key (each transaction, in stage
-    2) would drown an operator's log; a started monitor raises that logger to ERROR."""
+    2) and the trigger's for every batch longer than it would drown an operator's log; a
+    started monitor raises those loggers to ERROR. Each is named after a class Spark has (a
+    logger of a misspelt name would be raised, silently, to no effect)."""
     from kmon.streaming.session import QUIET_LOGGERS
 
-    log_manager = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager
+    jvm = spark.sparkContext._jvm
     for name, level in QUIET_LOGGERS.items():
-        assert log_manager.getLogger(name).getLevel().toString() == level
+        assert jvm.java.lang.Class.forName(name).getName() == name
+        assert jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel().toString() \
+            == level
 
 
 def test_the_reading_step_makes_the_checkers_fragments(spark: Any) -> None:
