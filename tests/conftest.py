@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.helpers import suite_stack
 
@@ -30,6 +31,12 @@ if TYPE_CHECKING:  # Kafka and Spark are imported only by the tests that use the
     from kmon.local.cluster import LocalCluster
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+# Property tests judge behaviour, never speed: Hypothesis's per-example deadline and its
+# too-slow health check would fail them on a loaded machine (CI shares two cores with three
+# brokers and Spark; a test_events run once failed its 200 ms deadline so).
+settings.register_profile("kmon", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kmon")
 
 
 # Modules whose in-process monitors leave librdkafka clients behind run after every test that
