@@ -126,13 +126,16 @@ class Checker:
                 self.txns.apply(fact, self.sink)
 
     def _lag_of_tracked(
-        self, p: Any, f: str, value: Any, frags: list[Fragment], invoke_time: int
+        self, p: Any, f: str, value: Any, frags: list[Fragment], at: Any
     ) -> None:
         """Sample lag on keys the process consumes that this ok op did not touch.
 
         A process tracks the keys of its last assign (none after a subscribe), plus every key
         an ok poll or txn op of it touched, like Jepsen. (Probes list every assigned key in each
         poll, empty or not, so online the fragments carry these.)
+
+        ``at`` is the invocation time (an int), boxed as ``apply`` holds it (without a meta,
+        the invoke's own object): unboxing it and boxing it again for the samples allocated.
         """
         if f == "assign" or f == "subscribe":
             self.tracked[p] = set(value or ()) if f == "assign" else set()
@@ -144,7 +147,6 @@ class Checker:
             tracked = self.tracked[p] = set()
         touched = {fr.key for fr in frags}
         lags, keys = self.sink.lags, self.keys
-        at: Any = invoke_time  # boxed once, not once per sample
         for k in tracked:
             if k in touched:
                 continue  # sampled by the fold
@@ -157,7 +159,7 @@ class Checker:
             if pos >= st.last_revealed:
                 lags.append((at, p, k, 0))
             else:
-                realtime_lag.sample(st, pos, invoke_time, p, self.sink)
+                realtime_lag.sample(st, pos, at, p, self.sink)
         tracked.update(touched)  # always: even a no-op update may resize, reordering samples
 
     def _crash(self, process: Any) -> None:
