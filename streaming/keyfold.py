@@ -197,7 +197,7 @@ class KeyFold:
         sink.unseen.clear()
 
     def _facts(self, sink: Sink, out: list, t: int | None) -> None:
-        # Key and value as JSON text: stage 2 parses facts in the JVM, and they keep their types.
+        # Key and value as JSON text, so that they keep their types (int or str) through stage 2.
         for f in sink.facts:
             self.facts.append({
                 "kind": f.kind, "writer": f.writer, "key": _json_text(f.key),
@@ -207,8 +207,9 @@ class KeyFold:
         sink.facts.clear()
 
     def _flush_facts(self, out: list, watermark_ns: int) -> None:
-        """This call's facts as one row (one Kafka record), not one row per fact, each stamped
-        with this call's watermark: stage 2's clock (see ``txnfold``)."""
+        """This call's facts as one row, not one row per fact (the driver regroups them by
+        writer bucket), each stamped with this call's watermark: stage 2's clock (see
+        ``txnfold``)."""
         if self.facts:
             for f in self.facts:
                 f["wm"] = watermark_ns

@@ -45,12 +45,10 @@ from kmon.streaming.keyfold import ANOMALY, STATS
 
 _STATE_VERSION = 1
 
-FACT_FIELDS = ("kind", "writer", "key", "value", "offset", "outcome", "time", "wm", "probe",
-               "topic", "partition")
-
 # Facts per record: a fact is about 250 bytes of JSON, and Kafka refuses records over 1 MB
 # by default.
 FACTS_PER_RECORD = 1000
+# The fields a fact cannot do without (``keyfold`` writes these and probe, wm, topic, partition).
 _REQUIRED = frozenset(("kind", "writer", "key", "value", "offset", "outcome", "time"))
 
 log = logging.getLogger("kmon.monitor")
@@ -121,7 +119,8 @@ class TxnBucket:
         return b
 
     def batch(self, facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Apply facts (``FACT_FIELDS``; key and value as JSON text), then forget old writers."""
+        """Apply facts (as ``keyfold`` writes them; key and value as JSON text), then forget old
+        writers."""
         facts.sort(key=_fact_order)
         out: list[dict[str, Any]] = []
         sink = Sink()
