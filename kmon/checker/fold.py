@@ -120,8 +120,9 @@ _DIRECT_MAX: Final = (1 << 62) - 1
 
 def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
     ty = fr.type
-    # state.OUTCOME_FLAG.get(ty, W_INFO), as comparisons: a dict lookup costs more than the rest of
-    # a common send's bookkeeping
+    # The writer's outcome flag (anything but ok or fail is info; the inverse is
+    # state.FLAG_OUTCOME), by comparisons: a dict lookup costs more than the rest of a common
+    # send's bookkeeping.
     outcome = W_OK if ty == "ok" else W_FAIL if ty == "fail" else W_INFO
     wflags = outcome | (MULTI if fr.n_writes > 1 else 0)
     fresh = wflags | SENT | VER  # an acknowledged value in an untouched slot

@@ -68,7 +68,6 @@ GAP_INT: Final = 1 << 14  # the crossing was within one op: ``val`` holds the of
 
 W_ANY: Final = W_OK | W_INFO | W_FAIL
 OCCUPIED: Final = VER | SENT
-OUTCOME_FLAG: Final = {"ok": W_OK, "info": W_INFO, "fail": W_FAIL}
 FLAG_OUTCOME: Final = {W_OK: "ok", W_INFO: "info", W_FAIL: "fail", 0: "unknown"}
 
 CHUNK_BITS: Final = 8
