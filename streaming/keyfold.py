@@ -153,7 +153,7 @@ class KeyFold:
         if watermark_ns <= 0:
             return
         st = self.st
-        due = {c[1]: c[0] for c in st.cands if c[0] <= watermark_ns}
+        due = {o: d for d, o in zip(st.cdue, st.coff, strict=True) if d <= watermark_ns}
         fold.advance(st, watermark_ns, self.settings.fold_config(), sink)
         for a in sink.anomalies:  # absence verdicts: decided when their deadline passed
             a_due = due.get(a.record.get("offset"), watermark_ns)

@@ -312,8 +312,7 @@ def finish(st: KeyState, sink: Sink) -> None:
 def _pinned_offset(st: KeyState) -> int:
     """Lowest offset a pending verdict still refers to."""
     low = INF
-    for cand in st.cands:
-        off: int = cand[1]
+    for off in st.coff:
         if off < low:
             low = off
     for waiting in st.pending_reads.values():
@@ -327,8 +326,7 @@ def _pinned_offset(st: KeyState) -> int:
 def next_deadline(st: KeyState) -> int:
     """When ``advance`` next has something to decide for this key (INF: nothing pending)."""
     due = INF
-    for cand in st.cands:
-        t: int = cand[0]
+    for t in st.cdue:
         if t < due:
             due = t
     for waiting in st.pending_reads.values():

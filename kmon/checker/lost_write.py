@@ -25,6 +25,9 @@ from __future__ import annotations
 
 from typing import Final
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
 from kmon.checker.anomaly import LOST_WRITE
 from kmon.checker.sink import Sink, TxnFact
 from kmon.checker.state import (
@@ -61,14 +64,14 @@ def reads_reached(st: KeyState, hi: int, reader: int, deadline: int) -> None:
         return
     st.frontier = hi
     st.frontier_op = reader
-    flg, cands, base = st.flg, st.cands, st.base
+    flg, base = st.flg, st.base
     start = lo + 1 - base if lo + 1 > base else 0
     end = hi - base if hi - base < len(flg) else len(flg)
     for i in range(start, end):
         f = flg[i]
         if f & OCCUPIED and not f & _DONE and _matters(f):
             flg[i] = f | CAND
-            cands.append([deadline, base + i, reader])
+            st.add_cand(deadline, base + i, reader)
 
 
 def sent_below_reads(st: KeyState, i: int, deadline: int) -> None:
@@ -76,21 +79,21 @@ def sent_below_reads(st: KeyState, i: int, deadline: int) -> None:
     f = st.flg[i]
     if st.base + i < st.frontier and not f & _DONE and _matters(f):
         st.flg[i] = f | CAND
-        st.cands.append([deadline, st.base + i, st.frontier_op])
+        st.add_cand(deadline, st.base + i, st.frontier_op)
 
 
 def decide(st: KeyState, watermark: int, sink: Sink) -> None:
     """Emit verdicts for candidates whose deadline the watermark has passed."""
-    if not st.cands:
+    due, offs, readers = st.cdue, st.coff, st.cby
+    if not len(due):
         return
-    keep = []
+    st.cdue, st.coff, st.cby = vec[i64](), vec[i64](), vec[i64]()
     consumed = Consumed(st)
-    for cand in st.cands:
-        if cand[0] > watermark:
-            keep.append(cand)
+    for j in range(len(due)):
+        if due[j] > watermark:
+            st.add_cand(due[j], offs[j], readers[j])
         else:
-            _verdict(st, cand[1], cand[2], consumed, sink)
-    st.cands = keep
+            _verdict(st, offs[j], readers[j], consumed, sink)
 
 
 def _verdict(st: KeyState, off: int, reader: int, consumed: Consumed, sink: Sink) -> None:

@@ -41,7 +41,7 @@ import sys
 from array import array
 from typing import Any, Final
 
-from librt.vecs import extend, vec
+from librt.vecs import append, extend, vec
 from mypy_extensions import i16, i32, i64
 
 from kmon.checker.values import EMPTY, decode, encode
@@ -154,7 +154,9 @@ class KeyState:
         "at64",
         "base",
         "bmin",
-        "cands",
+        "cby",
+        "cdue",
+        "coff",
         "compacted",
         "ctime",
         "flg",
@@ -213,7 +215,11 @@ class KeyState:
         self.loose: dict[int, list] = {}
         # code -> [[reader, offset, deadline, process, ok], ...]: reads awaiting their writer
         self.pending_reads: dict[int, list] = {}
-        self.cands: list[list] = []  # [deadline, offset, reader op]
+        # Pending absence verdicts (lost_write), one per column entry: deadline, offset, the
+        # reader op that went past it. Packed: a list of three boxed ints cost ~90 bytes each.
+        self.cdue: vec[i64] = vec[i64]()
+        self.coff: vec[i64] = vec[i64]()
+        self.cby: vec[i64] = vec[i64]()
         self.last_revealed = -1  # highest offset an ok or info op sent or read
         self.frontier = -1  # highest offset any poll has read
         self.frontier_op = -1
@@ -517,10 +523,12 @@ class KeyState:
         for i in range(n):
             if flg[i] & OCCUPIED:
                 live += 1
-        # Mostly tombstones (a steady online window): rebuild tight. Mostly growth (a window
-        # that keeps growing, offline): leave room, so rebuilds stay geometric and rare.
+        # Mostly tombstones (a steady online window): rebuild at half full, which stays that
+        # way (the next rebuild, at 70% with tombstones, sees 5 live in 7 and is tight again;
+        # tighter than half alternated with a loose one). Mostly growth (a window that keeps
+        # growing, offline): leave room, so rebuilds stay geometric and rare.
         grows = live * 13 > self.iused * 10
-        size = max(16, (live * 3 if grows else live * 9 // 5) + 1)
+        size = max(16, (live * 3 if grows else live * 2) + 1)
         self._empty_index(size, narrow=n < 0xFFFF)
         self.ibase = self.base
         none = self.inone
@@ -550,6 +558,12 @@ class KeyState:
             self.ix16, self.ix32, self.inone = _run16(size, -1), vec[i32](), 0xFFFF
         else:
             self.ix16, self.ix32, self.inone = vec[i16](), _run32(size, -1), -1
+
+    # -- pending absence verdicts ----------------------------------------------------------
+    def add_cand(self, deadline: int, off: int, reader: int) -> None:
+        self.cdue = append(self.cdue, deadline)
+        self.coff = append(self.coff, off)
+        self.cby = append(self.cby, reader)
 
     # -- writer records -----------------------------------------------------------------------
     def record_of(self, code: int) -> tuple[int, list | None]:
@@ -583,8 +597,7 @@ class KeyState:
         for d in (self.vals, self.loose, self.pending_reads, self.procs):
             if d:
                 total += sys.getsizeof(d) + sum(sys.getsizeof(v) for v in d.values())
-        total += sys.getsizeof(self.cands) + sum(sys.getsizeof(c) for c in self.cands)
-        return total
+        return total + sum(memoryview(t).nbytes for t in (self.cdue, self.coff, self.cby))
 
     def to_bytes(self) -> bytes:
         """Serialized state for a state store; round-trips with ``from_bytes``."""
@@ -600,7 +613,7 @@ class KeyState:
             "vals": self.vals,
             "loose": self.loose,
             "pending_reads": self.pending_reads,
-            "cands": self.cands,
+            "cands": [[d, o, r] for d, o, r in zip(self.cdue, self.coff, self.cby, strict=True)],
             "procs": procs,
         }
         return pickle.dumps(body, protocol=5)
@@ -622,7 +635,8 @@ class KeyState:
         st.vals = body["vals"]
         st.loose = body["loose"]
         st.pending_reads = body["pending_reads"]
-        st.cands = body["cands"]
+        for d, o, r in body["cands"]:
+            st.add_cand(d, o, r)
         for p, fields in body["procs"].items():
             pp = ProcPos()
             for s, v in zip(_PROC_FIELDS, fields, strict=True):
