@@ -367,7 +367,11 @@ def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
         1 for i in range(n) if flg[i] & W_OK and flg[i] & OCCUPIED and not flg[i] & READ_OK
     )
     st.drop_front(n)
-    st.compacted = True  # index entries below base now act as tombstones: no rebuild needed
+    st.compacted = True
+    # Rebuilt now, the index sheds the dropped values and fits the window as it is: left to
+    # fill with tombstones, it kept the size of the window's peak (2-4 cells per value, where
+    # a fresh one has 2). One pass over the window per dropped chunk of 256 offsets.
+    st.rebuild_index()
     if st.vals:
         live = {c for c in st.val if c != EMPTY and not is_direct(c)} | set(st.loose)
         st.vals = {c: v for c, v in st.vals.items() if c in live}

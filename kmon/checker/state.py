@@ -15,7 +15,7 @@ Values known but not held in a slot (a send invoked but not completed, completed
 offset, or displaced from its offset by a conflicting value) live in ``loose`` as
 ``[offset | None, flags, writer, ack_time]``.
 
-Encodings (so an in-flight offset costs about 22 bytes online): ``wref`` holds op indices
+Encodings (so an in-flight offset costs about 21 bytes online): ``wref`` holds op indices
 relative to ``obase`` in 32 bits (a writer further away is kept exactly in ``wide_writers``);
 ``atime`` (``ack``/``set_ack``) holds ack times in ``tunit`` steps after ``tbase`` --
 nanoseconds in 64 bits offline (``at64``: exact, like Jepsen), but milliseconds in 32 bits in a
@@ -523,11 +523,10 @@ class KeyState:
         for i in range(n):
             if flg[i] & OCCUPIED:
                 live += 1
-        # Mostly tombstones (a steady online window): rebuild at half full, which stays that
-        # way (the next rebuild, at 70% with tombstones, sees 5 live in 7 and is tight again;
-        # tighter than half alternated with a loose one). Mostly growth (a window that keeps
-        # growing, offline): leave room, so rebuilds stay geometric and rare.
-        grows = live * 13 > self.iused * 10
+        # Half full. A window that only grows (offline, where nothing is compacted) gets a
+        # third: its rebuilds stay geometric and rarer. Online, compaction rebuilds the index
+        # to the window's size as it goes (see fold._compact).
+        grows = not self.compacted and live * 13 > self.iused * 10
         size = max(16, (live * 3 if grows else live * 2) + 1)
         self._empty_index(size, narrow=n < 0xFFFF)
         self.ibase = self.base

@@ -40,6 +40,17 @@ def test_healthy_run_online_has_no_anomaly_and_bounded_state():
     assert max(windows) < max(logs) / 3, (windows, logs)
 
 
+def test_compaction_keeps_the_value_index_fitted_to_the_window():
+    # The index once kept the size of a key's largest window, tombstones and all: 2-4 cells a
+    # value. Compaction now rebuilds it, so it holds at most two cells per value held.
+    ops = list(healthy(60_000, SynthConfig(keys=8, processes=4, keys_per_process=4)))
+    checker = _run_online(ops, grace=SECOND // 2)
+    for st in checker.keys.values():
+        held = sum(1 for f in st.flg if f & OCCUPIED)
+        assert st.compacted and st._isize() <= 2 * held + 16, (st._isize(), held)
+        assert st.iused <= held, (st.iused, held)  # no tombstones left behind
+
+
 def test_restarts_through_serialized_state_change_nothing():
     ops = list(healthy(30_000, SynthConfig(keys=8, processes=4, keys_per_process=4)))
     # a lost write and an aborted read buried in the middle of a healthy run
