@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_CONFIG = "KMON_MONITOR_CONFIG"
+TXN_BUCKETS = 16  # txn.buckets' default, also what stage 2's classes assume when not told
 
 
 class ConfigError(ValueError):
@@ -59,7 +60,7 @@ KEYS: dict[str, tuple[Any, str]] = {
     "metrics.port": (9464, "port of the Prometheus endpoint (0: no endpoint)"),
     "txn.trigger": ("5s", "micro-batch interval of stage 2 (transactions): every batch has a "
                           "fixed cost, and on few cores a busy stage 2 slows stage 1 down"),
-    "txn.buckets": (16, "stage 2 state groups per probe (writers are spread over them)"),
+    "txn.buckets": (TXN_BUCKETS, "stage 2 state groups per probe (writers are spread over them)"),
     "txn.retention": ("5min", "how long stage 2 keeps a writer's facts after its last one: a "
                               "torn transaction whose halves are decided further apart is missed"),
     "txn.max.writers": (20_000, "writers stage 2 keeps per bucket at most (oldest forgotten "

@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from kmon.streaming import evidence as ev
+from kmon.streaming.config import TXN_BUCKETS
 from kmon.streaming.keyfold import ANOMALY, DEAD, FACT, STATS, UNSEEN
 from kmon.streaming.metrics import MonitorMetrics, placement_labels
 from kmon.streaming.snapshots import SnapshotStore
@@ -101,7 +102,7 @@ class Outputs:
 
     def __init__(self, *, anomalies_topic: str, facts_topic: str, dead_letter_topic: str,
                  producer: Any, metrics: MonitorMetrics, store: SnapshotStore | None,
-                 e2e_bounds_s: tuple[float, ...], txn_buckets: int = 16,
+                 e2e_bounds_s: tuple[float, ...], txn_buckets: int = TXN_BUCKETS,
                  clock: Callable[[], float] = time.time, flush_timeout_s: float = 120.0) -> None:
         self.topics = {ANOMALY: anomalies_topic, UNSEEN: anomalies_topic, FACT: facts_topic,
                        DEAD: dead_letter_topic}

@@ -46,6 +46,7 @@ from kmon.checker.events import unpack_fragments
 from kmon.checker.fragment import Fragment
 from kmon.streaming import collector, decode
 from kmon.streaming import evidence as ev
+from kmon.streaming.config import TXN_BUCKETS
 from kmon.streaming.keyfold import DEAD, OUTPUT_COLUMNS, FoldSettings, KeyFold, timer_to_keep
 from kmon.streaming.txnfold import TxnBucket, facts_of
 
@@ -238,7 +239,7 @@ class TxnFoldProcessor(_Timed):
     facts: no timers, no watermark of its own)."""
 
     def __init__(self, grace_ns: int, verdict_memory: int = 1024, retain_ns: int | None = None,
-                 max_writers: int | None = None, buckets: int = 16) -> None:
+                 max_writers: int | None = None, buckets: int = TXN_BUCKETS) -> None:
         self.grace_ns = grace_ns
         self.verdict_memory = verdict_memory
         self.memory = (retain_ns, max_writers)  # how long / how many writers a bucket keeps
