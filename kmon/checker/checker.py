@@ -72,8 +72,8 @@ class Checker:
         return st
 
     def apply(self, op: Op) -> None:
-        # The op's fields are read once: each read of an (interpreted) Op attribute costs more
-        # than the rest of a common op's bookkeeping here.
+        # The op's fields are read once. (The op model is compiled too, so these are loads; when
+        # it was interpreted, each read cost about 165 instructions.)
         f, ty, process = op.f, op.type, op.process
         # The time stays boxed (it is an int), read through Any: an invoke stores it as is, where
         # unboxing it and boxing it again allocated an int per invoke.

@@ -9,6 +9,7 @@ import pytest
 import kmon
 import kmon.checker.fold
 import kmon.checker.state
+import kmon.history.model
 from kmon._build import compiled_sources, refuse_stale_build, sources_digest, write_stamp
 
 KMON_DIR = Path(kmon.__file__).resolve().parent
@@ -18,7 +19,7 @@ KMON_DIR = Path(kmon.__file__).resolve().parent
 def test_the_checker_runs_compiled() -> None:
     # A build that quietly fell back to the interpreter would halve the checker's throughput
     # and leave the compiled code, which is what users run, untested.
-    for module in (kmon.checker.fold, kmon.checker.state):
+    for module in (kmon.checker.fold, kmon.checker.state, kmon.history.model):
         assert Path(module.__file__).suffix == ".so", module.__file__
 
 

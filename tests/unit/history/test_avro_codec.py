@@ -82,7 +82,8 @@ def test_normalisations():
         (Op(0, 0, 1, "info", "start-partition", None), "f 'start-partition' is not one of"),
         (Op(0, 0, 1, "okk", "send", []), "okk"),
         (Op(0, 0, 1, "ok", "send", [send(1, 2**64)]), "18446744073709551616"),
-        (Op(0, 0, 1, "ok", "send", [send(1, 1.5)]), "1.5"),
+        # (the mop built by hand: ``send``, compiled, type-checks its arguments itself)
+        (Op(0, 0, 1, "ok", "send", [("send", 1, 1.5, None)]), "1.5"),
         (Op(0, 0, 1, "ok", "send", [send(True, 1)]), "True"),
         (Op(0, 2**63, 1, "ok", "send", []), "op 0"),
     ],
