@@ -203,7 +203,7 @@ class KeyFold:
                 "kind": f.kind, "writer": f.writer, "key": _json_text(f.key),
                 "value": _json_text(f.value), "offset": f.offset, "outcome": f.outcome,
                 "time": f.time, "probe": self.probe, "topic": self.topic,
-                "partition": self.partition})
+                "partition": self.partition, "reader": f.reader, "max_read": f.max_read})
         sink.facts.clear()
 
     def _flush_facts(self, out: list, watermark_ns: int) -> None:

@@ -132,7 +132,8 @@ class TxnBucket:
             wm = int(f.get("wm") or 0)
             self.clock = max(self.clock, wm)
             self.stage.apply(TxnFact(f["kind"], f["writer"], key, json.loads(f["value"]),
-                                     f["offset"], f["outcome"], max(f["time"], wm)), sink)
+                                     f["offset"], f["outcome"], max(f["time"], wm),
+                                     f.get("reader", -1), f.get("max_read", -1)), sink)
             for a in sink.anomalies:
                 self._anomaly(a, f["time"], out)
             sink.anomalies.clear()

@@ -113,4 +113,4 @@ def _verdict(st: KeyState, off: int, reader: int, consumed: Consumed, sink: Sink
                                   "max-read-offset": st.frontier})
     if f & MULTI:  # part of a multi-write op: the transaction stage judges its atomicity
         sink.facts.append(TxnFact("invisible", writer, st.key, value, off,
-                                  FLAG_OUTCOME[f & W_ANY], st.max_time))
+                                  FLAG_OUTCOME[f & W_ANY], st.max_time, reader, st.frontier))

@@ -27,11 +27,15 @@ class TxnFact:
     offset: int | None
     outcome: str  # ok / info / fail / unknown, as the writer's completion said
     time: int
+    # invisible: the poll that read past the value, and the highest offset read then (-1 when
+    # not known), for the lost-write record of an info writer proven committed
+    reader: int
+    max_read: int
 
     # Written out (init=False): the dataclass's generated __init__ is interpreted code, about
     # 2,500 instructions a fact from the compiled fold; this one compiles.
     def __init__(self, kind: str, writer: int, key: Any, value: Any, offset: int | None,
-                 outcome: str, time: int) -> None:
+                 outcome: str, time: int, reader: int = -1, max_read: int = -1) -> None:
         self.kind = kind
         self.writer = writer
         self.key = key
@@ -39,6 +43,8 @@ class TxnFact:
         self.offset = offset
         self.outcome = outcome
         self.time = time
+        self.reader = reader
+        self.max_read = max_read
 
 
 # One realtime-lag sample: (the poll's invocation time ns, process, key, lag ns). A plain tuple:

@@ -29,7 +29,7 @@ class TxnState:
 
     def __init__(self) -> None:
         self.visible: list[list[Any]] = []
-        self.invisible: list[list[Any]] = []  # [key, value, offset, outcome]
+        self.invisible: list[list[Any]] = []  # [key, value, offset, outcome, reader, max read]
         self.torn_reported = 0  # how many invisible writes the last torn record listed
         self.lost_reported = 0  # invisible info writes already reported lost
         self.time = 0
@@ -58,7 +58,8 @@ class TxnStage:
         if fact.kind == "visible":
             ts.visible.append([fact.key, fact.value, fact.offset])
         else:
-            ts.invisible.append([fact.key, fact.value, fact.offset, fact.outcome])
+            ts.invisible.append([fact.key, fact.value, fact.offset, fact.outcome, fact.reader,
+                                 fact.max_read])
         judge(fact.writer, ts, sink)
 
     def advance(self, watermark: int) -> None:
@@ -87,6 +88,8 @@ def judge(writer: Any, ts: TxnState, sink: Sink) -> None:
     # A visible write proves the op committed: its unseen writes were lost.
     for inv in ts.invisible[ts.lost_reported:]:
         if inv[3] in ("info", "unknown"):
-            sink.anomaly(LOST_WRITE, {"key": inv[0], "value": inv[1], "offset": inv[2],
-                                      "writer": writer})
+            record = {"key": inv[0], "value": inv[1], "offset": inv[2], "writer": writer}
+            if len(inv) > 5 and inv[4] >= 0:  # (states saved before these were kept: 4 fields)
+                record["reader"], record["max-read-offset"] = inv[4], inv[5]
+            sink.anomaly(LOST_WRITE, record)
     ts.lost_reported = len(ts.invisible)

@@ -50,7 +50,10 @@ def test_info_writer_proven_committed_by_another_read():
         (2, "ok", "poll", [poll({2: [(0, 19), (2, 21)]})]),
     )
     r = check(h)
-    assert [(e["key"], e["value"], e["writer"]) for e in r.errors["lost-write"]] == [(2, 20, 1)]
+    # like an ok writer's record: the poll that went past the value, and how far it read
+    assert r.errors["lost-write"] == [
+        {"key": 2, "value": 20, "offset": 1, "writer": 1, "reader": 5, "max-read-offset": 2}
+    ]
     assert "torn-transaction" in r.errors
 
 

@@ -51,6 +51,10 @@ def test_evidence_records_carry_what_on_call_needs() -> None:
     lost = next(x for x in run_online(CASES["lost-write"][1])["evidence"]
                 if x["anomaly"] == "lost-write")
     assert [o["index"] for o in lost["ops"]] == [lost["record"]["writer"], lost["record"]["reader"]]
+    # an info writer's, decided by stage 2 from stage 1's facts, names its reader too
+    lost = next(x for x in run_online(CASES["lost-write-info"][1])["evidence"]
+                if x["anomaly"] == "lost-write")
+    assert lost["record"]["reader"] == 3 and lost["record"]["max-read-offset"] == 1
 
 
 def test_an_anomaly_found_mid_batch_is_stamped_by_the_fragment_that_revealed_it() -> None:
