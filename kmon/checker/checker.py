@@ -12,10 +12,19 @@ from dataclasses import dataclass
 from typing import Any, Final, cast
 
 from kmon.checker import fold, realtime_lag
+from kmon.checker.anomaly import (
+    INT_NONMONOTONIC_POLL,
+    INT_NONMONOTONIC_SEND,
+    NONMONOTONIC_POLL,
+    NONMONOTONIC_SEND,
+    Anomaly,
+)
 from kmon.checker.cycles import Graph, add_edge, find_cycles
 from kmon.checker.fragment import Fragment, split_fields
 from kmon.checker.policy import allowed_anomalies, invalidating
+from kmon.checker.poll_skip import count_versions
 from kmon.checker.report import Report, merge_anomalies
+from kmon.checker.send_order import in_version_order
 from kmon.checker.sink import Sink
 from kmon.checker.state import OCCUPIED, VER, W_ANY, W_FAIL, KeyState
 from kmon.checker.torn import TxnStage
@@ -27,6 +36,8 @@ from kmon.history.model import MOP_FS, OP_FS, TICK_PROCESS, Op
 # imported from an interpreted module is a dict lookup at every use.
 _OP_FS: Final = frozenset(OP_FS)
 _TICK_PROCESS: Final[object] = TICK_PROCESS
+_BACKWARDS: Final = frozenset((NONMONOTONIC_POLL, NONMONOTONIC_SEND, INT_NONMONOTONIC_POLL,
+                                INT_NONMONOTONIC_SEND))
 # ``apply`` tests ``f in MOP_FS`` as string comparisons: they must name the same fs.
 assert frozenset(("send", "poll", "txn")) == MOP_FS
 
@@ -101,6 +112,8 @@ class Checker:
         if f == "crash":
             self._crash(process)
             return
+        if (f == "assign" or f == "subscribe") and ty != "fail":
+            self._reassigned(process, op.value)
         value = op.value
         frags = split_fields(op.index, process, ty, f, t, value, op.rebalance_log, invoke_time)
         sink, cfg, keys = self.sink, self.fold_config, self.keys
@@ -162,6 +175,17 @@ class Checker:
                 realtime_lag.sample(st, pos, at, p, self.sink)
         tracked.update(touched)  # always: even a no-op update may resize, reordering samples
 
+    def _reassigned(self, process: Any, keys: Any) -> None:
+        """Like Jepsen, a process keeps its poll and send positions only on the keys its new
+        assignment covers (and those a covering assign clears: ``fold.apply``). Offline only:
+        the monitor's per-key folds never see an assign of other keys."""
+        covered = set(keys or ())
+        for k, st in self.keys.items():
+            pp = st.procs.get(process)
+            if pp is not None and k not in covered:
+                pp.poll_off = None
+                pp.send_off = None
+
     def _crash(self, process: Any) -> None:
         """A crashed client's replacement consumer starts afresh: forget its positions."""
         for st in self.keys.values():
@@ -184,6 +208,8 @@ class Checker:
             fold.finish(st, self.sink)
         self._route_facts()
         anomalies = list(self.sink.anomalies)
+        if not self.compact:
+            self._settle_backward_steps(anomalies)
         if self.config.cycles:
             anomalies.extend(find_cycles(self._graph()))
         errors = merge_anomalies(anomalies)
@@ -203,6 +229,27 @@ class Checker:
                  "late-observations": sum(st.late for st in self.keys.values())}
         return Report(valid, errors, counts, messages, list(self.sink.lags),
                       self.config.isolation, reason, stats, self.config.ww_deps)
+
+    def _settle_backward_steps(self, anomalies: list[Anomaly]) -> None:
+        """Offline, the nonmonotonic records as the whole history has them (Jepsen's): ``delta``
+        in the final version order, not in the part known when the step was found (values
+        read or acknowledged later between its offsets count too), and a send compared with an
+        info send whose value never entered the version order is no step. Online the window
+        has moved on: records stand as emitted."""
+        drop = []
+        for a in anomalies:
+            if a.type not in _BACKWARDS:
+                continue
+            st = self.keys.get(a.record["key"])
+            first, second = a.record["offsets"]
+            if st is None or second > first:
+                continue
+            if a.type == NONMONOTONIC_SEND and not in_version_order(st, first,
+                                                                     a.record["values"][0]):
+                drop.append(a)  # an info send nobody ever read: no order (between_ops)
+            a.record["delta"] = -count_versions(st, second, first)
+        for a in drop:
+            anomalies.remove(a)
 
     def _graph(self) -> Graph:
         g: Graph = {}

@@ -67,7 +67,7 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
         pp.poll_off = None  # the consumer restarts from a committed offset: no order to check
     deadline = INF if cfg.grace_ns is None else t + cfg.grace_ns
     if fr.sends:
-        _apply_sends(st, pp, fr, deadline, sink)
+        _apply_sends(st, pp, fr, deadline, cfg.grace_ns is None, sink)
     if fr.reads is not None:
         _apply_reads(st, pp, fr, deadline, sink)
     if cfg.collect_lags and ty == "ok" and (fr.f == "poll" or fr.f == "txn"):
@@ -118,7 +118,9 @@ _DIRECT_MIN: Final = -(1 << 62)
 _DIRECT_MAX: Final = (1 << 62) - 1
 
 
-def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
+def _apply_sends(
+    st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, offline: bool, sink: Sink
+) -> None:
     ty = fr.type
     # The writer's outcome flag (anything but ok or fail is info; the inverse is
     # state.FLAG_OUTCOME), by comparisons: a dict lookup costs more than the rest of a common
@@ -170,11 +172,12 @@ def _apply_sends(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
         if len(placed) > 1:
             send_order.within_op(st, placed, op, fr.process, sink)
         if placed:
-            send_order.between_ops(st, pp, placed, op, fr.process, sink)
+            send_order.between_ops(st, pp, placed, op, fr.process, offline, sink)
             if fr.f == "txn" and placed[-1][0] > pp.lag_pos:
                 pp.lag_pos = _highest(placed)  # a txn's own sends count (Jepsen)
     elif ty == "info":
-        # The send went somewhere unknown (or nowhere): compare the next send with nothing.
+        # The send may not have happened: the next send compares with it only once its value
+        # is in the version order (send_order.between_ops).
         pp.send_off, pp.send_val = placed[-1] if placed else (None, None)
         pp.send_op = op
 

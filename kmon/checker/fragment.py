@@ -118,7 +118,8 @@ def split_fields(
         if n_writes:
             for written in by_key.values():
                 written.n_writes = n_writes
-    elif f in ("assign", "subscribe") and ty != "invoke" and value:
+    elif f in ("assign", "subscribe") and (ty == "ok" or ty == "info") and value:
+        # (a failed assign changed nothing: positions stay, as in Jepsen)
         for k in value:
             fr = by_key.get(k)
             if fr is None:

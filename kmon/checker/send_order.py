@@ -22,7 +22,7 @@ from typing import Any
 from kmon.checker.anomaly import INT_NONMONOTONIC_SEND, INT_SEND_SKIP, NONMONOTONIC_SEND
 from kmon.checker.poll_skip import count_versions, crossing
 from kmon.checker.sink import Sink
-from kmon.checker.state import KeyState, ProcPos
+from kmon.checker.state import OCCUPIED, VER, KeyState, ProcPos
 
 # (offset, value) of each send of one op to one key whose offset is known, in op order
 Placed = list[tuple[int, Any]]
@@ -45,11 +45,19 @@ def within_op(st: KeyState, placed: Placed, op: int, process: Any, sink: Sink) -
 
 
 def between_ops(
-    st: KeyState, pp: ProcPos, placed: Placed, op: int, process: Any, sink: Sink
+    st: KeyState, pp: ProcPos, placed: Placed, op: int, process: Any, offline: bool, sink: Sink
 ) -> None:
-    """Check an ok op's first send against the process's previous ok send; then advance."""
+    """Check an ok op's first send against the process's previous ok or info send; then
+    advance.
+
+    The previous send counts only if its value is in the version order (an info send's may
+    never have happened; Jepsen's rule). Online that is decided now: a value read later
+    is a check missed, never a false alarm. Offline the record is kept, and
+    ``Checker.finish`` drops it unless the whole history puts the value there.
+    """
     first_off, first_val = placed[0]
-    if pp.send_off is not None and first_off <= pp.send_off:
+    if (pp.send_off is not None and first_off <= pp.send_off
+            and (offline or in_version_order(st, pp.send_off, pp.send_val))):
         sink.anomaly(NONMONOTONIC_SEND, {
             "key": st.key, "process": process, "ops": [pp.send_op, op],
             "offsets": [pp.send_off, first_off], "values": [pp.send_val, first_val],
@@ -57,3 +65,10 @@ def between_ops(
         })
     pp.send_off, pp.send_val = placed[-1]
     pp.send_op = op
+
+
+def in_version_order(st: KeyState, off: int, v: Any) -> bool:
+    """Is ``v`` in the version order at ``off`` (read there, or an ok send's ack)?"""
+    i = off - st.base
+    return (0 <= i < len(st.flg) and st.flg[i] & VER != 0 and st.flg[i] & OCCUPIED != 0
+            and st.val[i] == st.code(v))

@@ -180,3 +180,47 @@ def test_aborted_poll_is_compared_with_the_last_committed_position():
                 (1, "fail", "txn", [poll({1: [(2, "c")]})]))
     (e,) = check(h).errors["poll-skip"]
     assert e["skipped"] == ["b"] and e["ops"] == [13, 15]
+
+
+def test_a_failed_assign_changes_no_position():
+    # As in Jepsen: the assignment did not happen, so going back is still going back.
+    h = history(
+        *WRITES,
+        READ_ALL,
+        (1, "ok", "poll", [poll({1: [(2, "c")]})]),
+        (1, "fail", "assign", [1]),
+        (1, "ok", "poll", [poll({1: [(0, "a")]})]),
+    )
+    assert [e["ops"] for e in check(h).errors["nonmonotonic-poll"]] == [[13, 17]]
+
+
+def test_an_assign_or_subscribe_elsewhere_drops_the_position():
+    # As in Jepsen, a process keeps positions only on keys its new assignment covers; a
+    # subscription to another topic may well bring this partition back from anywhere.
+    for f in ("assign", "subscribe"):
+        h = history(
+            *WRITES,
+            READ_ALL,
+            (1, "ok", "poll", [poll({1: [(2, "c")]})]),
+            (1, "ok", f, [2]),
+            (1, "ok", "poll", [poll({1: [(0, "a")]})]),
+        )
+        assert check(h).errors == {}, f
+
+
+def test_delta_counts_values_learned_after_the_step():
+    # Offset 1's value is acknowledged only after the backwards poll: Jepsen's delta is in
+    # the final version order, so it counts (offline; online the record stands as emitted).
+    h = history(
+        (0, "ok", "send", [send(1, "a", 0)]),
+        (0, "ok", "send", [send(1, "c", 2)]),
+        (1, "ok", "poll", [poll({1: [(2, "c")]})]),
+        (1, "ok", "poll", [poll({1: [(0, "a")]})]),
+        (0, "ok", "send", [send(1, "b", 1)]),
+        (2, "ok", "poll", [poll({1: [(0, "a"), (1, "b"), (2, "c")]})]),
+        (3, "ok", "poll", [poll({1: [(2, "c"), (0, "a")]})]),
+    )
+    r = check(h)
+    assert [(e["offsets"], e["delta"]) for e in r.errors["nonmonotonic-poll"]] == [([2, 0], -2)]
+    assert [(e["offsets"], e["delta"]) for e in r.errors["int-nonmonotonic-poll"]] == [
+        ([2, 0], -2)]
