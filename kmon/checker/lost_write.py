@@ -51,10 +51,15 @@ _DONE: Final = READ_OK | CAND | DECIDED
 
 
 def _matters(f: int) -> bool:
-    """Does this unconsumed slot's absence prove something? (a lost or an invisible write)"""
+    """Does this unconsumed slot's absence prove something? (a lost or an invisible write)
+
+    An info or failed write of a multi-write op counts where its offset is known: from its ack
+    (SENT) or from a poll that read it without committing (VER): the transaction stage then
+    learns it is invisible, and reports it lost if another of its writes proves the commit.
+    """
     if f & W_OK and f & VER:
         return True
-    return f & (SENT | MULTI) == SENT | MULTI and bool(f & (W_INFO | W_FAIL))
+    return bool(f & MULTI) and bool(f & (SENT | VER)) and bool(f & (W_INFO | W_FAIL))
 
 
 def reads_reached(st: KeyState, hi: int, reader: int, deadline: int) -> None:

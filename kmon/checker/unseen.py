@@ -28,25 +28,36 @@ def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
     for i in range(len(flg)):
         f = flg[i]
         if _acked_unread(f) and val[i] not in seen and st.find(val[i]) == base + i:
-            if val[i] in consumed:  # read at another slot: where it really is in the log
+            if _read_elsewhere(st, val[i], consumed):
                 continue
             seen.add(val[i])
             out.append((st.value(val[i]), base + i))
     for code, rec in st.loose.items():
-        if rec[1] & W_OK and not _loose_read(st, code, rec[1]) and code not in seen:
+        if rec[1] & W_OK and not _loose_read(st, code, rec[1], consumed) and code not in seen:
             out.append((st.value(code), rec[0]))
     return out
 
 
-def _loose_read(st: KeyState, code: int, flags: int) -> bool:
+def _read_elsewhere(st: KeyState, code: int, consumed: Consumed) -> bool:
+    """Whether a committed poll read the value at another slot (where it really is in the
+    log), or at a conflicting offset (its loose record)."""
+    if code in consumed:
+        return True
+    rec = st.loose.get(code) if st.loose else None
+    return rec is not None and bool(rec[1] & READ_OK)
+
+
+def _loose_read(st: KeyState, code: int, flags: int, consumed: Consumed) -> bool:
     """Whether a value acknowledged at a conflicting offset was consumed: there, or where it
     really is in the log (a committed poll after an uncommitted one reads it at its home slot,
-    which the loose record does not hear of)."""
+    which the loose record does not hear of), or at any other slot it was read at."""
     if flags & READ_OK:
         return True
     home = st.find(code)
     j = home - st.base
-    return home >= 0 and 0 <= j < len(st.flg) and bool(st.flg[j] & READ_OK)
+    if home >= 0 and 0 <= j < len(st.flg) and st.flg[j] & READ_OK:
+        return True
+    return code in consumed
 
 
 def unseen_count(st: KeyState) -> int:
@@ -66,7 +77,7 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
         if _acked_unread(f) and not f & UNSEEN_DONE:
             if 0 < st.ack(i) <= limit:
                 flg[i] = f | UNSEEN_DONE
-                if st.val[i] in consumed:  # read at another slot: where it really is
+                if _read_elsewhere(st, st.val[i], consumed):
                     continue
                 sink.unseen.append((st.key, st.value(st.val[i]), st.base + i,
                                     st.revealed_ns(i)))
@@ -78,6 +89,6 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
     for code, rec in st.loose.items():  # acknowledged without an offset
         f = rec[1]
         if (f & W_OK and not f & UNSEEN_DONE and 0 < rec[3] <= horizon
-                and not _loose_read(st, code, f)):
+                and not _loose_read(st, code, f, consumed)):
             rec[1] = f | UNSEEN_DONE
             sink.unseen.append((st.key, st.value(code), rec[0], rec[3]))

@@ -79,3 +79,18 @@ def test_aborted_reads_past_a_value_do_not_make_it_lost():
                 (2, "fail", "txn", [poll({1: [(1, 2)]})]))
     r = check(h)
     assert "lost-write" not in r.errors and r.unseen_messages == {1: [1, 2]}
+
+
+def test_info_transaction_write_placed_only_by_an_aborted_poll_is_lost_once_proven():
+    # 8's ack had no offset; an aborted poll read it at 3 (its place in the log, as Jepsen's
+    # version order has it). Its transaction committed (9 read), readers went past 3: lost.
+    h = history(
+        (0, "info", "txn", [send(1, 8, None), send(0, 9, None)]),
+        (1, "ok", "send", [send(1, 14, 7)]),
+        (2, "fail", "poll", [poll({1: [(3, 8)]})]),
+        (3, "ok", "poll", [poll({0: [(5, 9)], 1: [(7, 14)]})]),
+    )
+    r = check(h)
+    assert [(e["key"], e["value"], e["offset"], e["writer"]) for e in r.errors["lost-write"]] == [
+        (1, 8, 3, 1)]
+    assert not r.valid

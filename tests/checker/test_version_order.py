@@ -120,3 +120,16 @@ def test_spurious_offset_on_a_free_slot_read_where_it_really_is_is_not_lost():
         assert r.errors["duplicate"] == [{"key": 1, "value": 12, "offsets": [0, 2], "count": 2}]
         assert not r.errors.get("lost-write"), r.errors.get("lost-write")
         assert not r.unseen_counts, r.unseen_counts
+
+
+def test_value_read_committed_at_a_conflicting_offset_is_not_unseen():
+    # 2 and 4 both acked at 0; a committed poll read 4 there, an aborted one at 1.
+    h = history(
+        (0, "ok", "send", [send("y", 2, 0)]),
+        (0, "ok", "send", [send("y", 4, 0)]),
+        (1, "ok", "poll", [poll({"y": [(0, 4)]})]),
+        (2, "fail", "poll", [poll({"y": [(1, 4)]})]),
+    )
+    r = check(h)
+    assert {"inconsistent-offsets", "duplicate"} <= set(r.errors)
+    assert r.unseen_messages == {"y": [2]}
