@@ -13,9 +13,11 @@ Two reads are adjacent when no version-order value lies strictly between their o
 
 Position rules: only ok ops move a process's position, so the reads of an aborted transaction
 (which the client rewinds over) or of an op with unknown outcome neither advance nor get compared.
-An assign/subscribe covering the key, or a rebalance of it, clears the position: the consumer
-legitimately restarts from a committed offset. A rebalance during an op exempts that op's own
-reads of the key and the next poll's (the rebalance may have come before or after the reads).
+An ok or info assign/subscribe covering the key, or a rebalance of it, clears the position: the
+consumer legitimately restarts from a committed offset (offline, one not covering the key drops
+the position too, as in Jepsen: ``Checker._reassigned``; a failed one changes nothing). A
+rebalance during an op exempts that op's own reads of the key and the next poll's (the
+rebalance may have come before or after the reads).
 
 A skipped value may become known only after the skip (its send's completion arrives late): the
 crossed empty offsets remember the crossing, and a value landing there later reports it then.

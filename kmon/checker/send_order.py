@@ -1,8 +1,9 @@
 """Sends whose offsets go backwards or skip, per process and within one op.
 
 - ``nonmonotonic-send``: a process's ok send to a key lands at or before the offset its
-  previous ok send to that key got. Other producers interleave, so only going backwards (or
-  staying put) is wrong between ops.
+  previous ok send to that key got (or its previous info send, once that value is in the
+  version order). Other producers interleave, so only going backwards (or staying put) is
+  wrong between ops.
   Example: ``ok send k [5 a]`` then, same process, ``ok send k [4 b]``.
 - ``int-nonmonotonic-send``: within one op, a later send to a key gets an offset at or before an
   earlier one's.
