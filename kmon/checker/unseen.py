@@ -28,30 +28,22 @@ def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
     for i in range(len(flg)):
         f = flg[i]
         if _acked_unread(f) and val[i] not in seen and st.find(val[i]) == base + i:
-            if _read_elsewhere(st, val[i], consumed):
+            if _read_ok_anywhere(st, val[i], consumed):
                 continue
             seen.add(val[i])
             out.append((st.value(val[i]), base + i))
     for code, rec in st.loose.items():
-        if rec[1] & W_OK and not _loose_read(st, code, rec[1], consumed) and code not in seen:
+        if rec[1] & W_OK and not _read_ok_anywhere(st, code, consumed) and code not in seen:
             out.append((st.value(code), rec[0]))
     return out
 
 
-def _read_elsewhere(st: KeyState, code: int, consumed: Consumed) -> bool:
-    """Whether a committed poll read the value at another slot (where it really is in the
-    log), or at a conflicting offset (its loose record)."""
-    if code in consumed:
-        return True
+def _read_ok_anywhere(st: KeyState, code: int, consumed: Consumed) -> bool:
+    """Whether a committed poll consumed the value somewhere: at a conflicting offset (its
+    loose record), at its home slot (a committed poll after an uncommitted one reads it where
+    it really is, which a loose record does not hear of), or at any other slot."""
     rec = st.loose.get(code) if st.loose else None
-    return rec is not None and bool(rec[1] & READ_OK)
-
-
-def _loose_read(st: KeyState, code: int, flags: int, consumed: Consumed) -> bool:
-    """Whether a value acknowledged at a conflicting offset was consumed: there, or where it
-    really is in the log (a committed poll after an uncommitted one reads it at its home slot,
-    which the loose record does not hear of), or at any other slot it was read at."""
-    if flags & READ_OK:
+    if rec is not None and rec[1] & READ_OK:
         return True
     home = st.find(code)
     j = home - st.base
@@ -77,7 +69,7 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
         if _acked_unread(f) and not f & UNSEEN_DONE:
             if 0 < st.ack(i) <= limit:
                 flg[i] = f | UNSEEN_DONE
-                if _read_elsewhere(st, st.val[i], consumed):
+                if _read_ok_anywhere(st, st.val[i], consumed):
                     continue
                 sink.unseen.append((st.key, st.value(st.val[i]), st.base + i,
                                     st.revealed_ns(i)))
@@ -89,6 +81,6 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
     for code, rec in st.loose.items():  # acknowledged without an offset
         f = rec[1]
         if (f & W_OK and not f & UNSEEN_DONE and 0 < rec[3] <= horizon
-                and not _loose_read(st, code, f, consumed)):
+                and not _read_ok_anywhere(st, code, consumed)):
             rec[1] = f | UNSEEN_DONE
             sink.unseen.append((st.key, st.value(code), rec[0], rec[3]))
