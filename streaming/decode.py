@@ -58,14 +58,16 @@ DEAD_PROBE = "\0dead-letter"
 CLOCK_PROBE = "\0clock"
 
 # The rows the reading step emits (``split_arrow``): the grouping key (probe, key as a long or
-# 0, key as a string or null), the key's latest placement, its fragments, the batch's clock.
+# 0, key as a string or null), the key's latest placement (topic, partition, leader broker or
+# null, and the op index it came from: rows of one key arrive in any order), its fragments,
+# the batch's clock.
 KEY_ROW_SCHEMA = pa.schema([
     ("probe", pa.string()), ("kl", pa.int64()), ("ks", pa.string()),
-    ("topic", pa.string()), ("part", pa.int32()), ("blob", pa.binary()),
-    ("ets", pa.timestamp("us", tz="UTC")),
+    ("topic", pa.string()), ("part", pa.int32()), ("leader", pa.int32()),
+    ("placed", pa.int64()), ("blob", pa.binary()), ("ets", pa.timestamp("us", tz="UTC")),
 ])
-KEY_ROW_DDL = ("probe STRING, kl BIGINT, ks STRING, topic STRING, part INT, blob BINARY, "
-               "ets TIMESTAMP")
+KEY_ROW_DDL = ("probe STRING, kl BIGINT, ks STRING, topic STRING, part INT, leader INT, "
+               "placed BIGINT, blob BINARY, ets TIMESTAMP")
 
 
 def header_version(headers: Column) -> Column:
@@ -126,8 +128,7 @@ def key_batch(b: pa.RecordBatch, max_skew_ns: int | None = None) -> pa.RecordBat
                            max_skew_ns)
     cols: dict[str, list[Any]] = {n: [] for n in KEY_ROW_SCHEMA.names}
     for (probe, key), frags in s.groups.items():
-        topic, part = s.placements.get((probe, key), (None, None))
-        _row(cols, probe, key, topic, part, events.pack_fragments(frags))
+        _row(cols, probe, key, s.placements.get((probe, key)), events.pack_fragments(frags))
     if s.dead:
         srcs = [f"{t}:{p}:{o}" for t, p, o in zip(b.column("topic").to_pylist(),
                                                   b.column("partition").to_pylist(),
@@ -136,23 +137,31 @@ def key_batch(b: pa.RecordBatch, max_skew_ns: int | None = None) -> pa.RecordBat
         for i, reason in s.dead:
             by_reason.setdefault(reason, []).append((values[i], srcs[i]))
         for reason, letters in by_reason.items():
-            _row(cols, DEAD_PROBE, reason, None, None, pickle.dumps(letters, protocol=5))
+            _row(cols, DEAD_PROBE, reason, None, pickle.dumps(letters, protocol=5))
     if not cols["probe"] and s.max_time >= 0:
-        _row(cols, CLOCK_PROBE, 0, None, None, b"")
+        _row(cols, CLOCK_PROBE, 0, None, b"")
     ets = None if s.max_time < 0 else s.max_time // 1000
     cols["ets"] = [ets] * len(cols["probe"])
     return pa.RecordBatch.from_pydict(cols, schema=KEY_ROW_SCHEMA)
 
 
-def _row(cols: dict[str, list[Any]], probe: str, key: Any, topic: str | None,
-         part: int | None, blob: bytes) -> None:
+def _row(cols: dict[str, list[Any]], probe: str, key: Any, pl: events.Placement | None,
+         blob: bytes) -> None:
     cols["probe"].append(probe)
     # The grouping key carries no nulls where pandas would make floats of it (the state store
     # key would not round-trip): a string key has kl 0.
     cols["kl"].append(key if type(key) is int else 0)
     cols["ks"].append(key if type(key) is str else None)
-    cols["topic"].append(topic)
-    cols["part"].append(part)
+    if pl is None:
+        cols["topic"].append(None)
+        cols["part"].append(None)
+        cols["leader"].append(None)
+        cols["placed"].append(None)
+    else:
+        cols["topic"].append(pl.topic)
+        cols["part"].append(pl.partition)
+        cols["leader"].append(pl.leader)
+        cols["placed"].append(pl.op)
     cols["blob"].append(blob)
 
 

@@ -11,7 +11,9 @@ Pure Python (no Spark), shared by both stateful stages and the driver.
   (``update`` false, counted by ``kmon_anomalies_total``), later pieces are updates that name
   it in ``verdict`` and count nothing. The memory is bounded (oldest forgotten first).
 - The record carries what on-call needs without other tools: anomaly type (the checker's
-  name), probe, key, topic, partition, the offsets and values involved, the ops involved
+  name), the monitor's ``cluster`` setting, probe, key, topic, partition, ``broker`` (the key's
+  leader broker id when the verdict was decided, as the probes' metadata knew it; null when
+  no event said), the offsets and values involved, the ops involved
   (index, and process and time when the stage saw that op), the event time of the deciding
   evidence and when the monitor emitted the verdict; plus the checker's record verbatim.
 """
@@ -128,12 +130,14 @@ def _hashable(x: Any) -> Any:
 
 
 def evidence(
-    *, rid: str, verdict: str, update: bool, type: str, probe: str, key: Any, topic: str,
-    partition: int | None, record: dict[str, Any], decided_ns: int,
-    ops: Mapping[int, tuple[Any, int]] | None = None, stage: str = "key",
+    *, rid: str, verdict: str, update: bool, type: str, cluster: str, probe: str, key: Any,
+    topic: str, partition: int | None, broker: int | None, record: dict[str, Any],
+    decided_ns: int, ops: Mapping[int, tuple[Any, int]] | None = None, stage: str = "key",
     decider: int | None = None,
 ) -> dict[str, Any]:
     """The evidence record (without ``detected_at``, which the driver stamps on emission).
+    ``cluster`` and ``broker`` are not part of ``rid`` (``evidence_id``): the same verdict has
+    the same id whatever the leader or the setting.
 
     ``ops``: op index -> (process, time) for ops the stage saw in this batch; ``decider``: the
     op whose fragment revealed the anomaly, listed with the ops the record names.
@@ -148,10 +152,12 @@ def evidence(
         "verdict": verdict,
         "update": update,
         "anomaly": type,
+        "cluster": cluster,
         "probe": probe,
         "key": key,
         "topic": topic,
         "partition": partition,
+        "broker": broker,
         "offsets": offsets,
         "values": values,
         "ops": [{"index": i, "process": known[i][0] if i in known else None,

@@ -6,8 +6,9 @@ in and out; everything here is testable without a JVM.
 One call per key per micro-batch (``KeyFold.batch``) or per expired timer (``KeyFold.wake``):
 
 1. ``load`` the key's one state value (the checker's ``KeyState`` bytes plus this adapter's
-   extras: the key's topic/partition labels, the timer it has registered, the verdicts it has
-   reported, each live consumer's latest realtime lag);
+   extras: the key's placement (topic, partition and its latest leader broker, with the op
+   index that told it), the timer it has registered, the verdicts it has reported, each live
+   consumer's latest realtime lag);
 2. apply the batch's fragments in op-index order (a probe's op indices increase, so each
    process's fragments stay in its op order; processes interleave freely, as the fold allows);
 3. ``fold.advance`` to the event-time watermark: verdicts whose grace period is over, and
@@ -43,13 +44,27 @@ FACT = "fact"
 STATS = "stats"
 DEAD = "dead"
 
-# Output columns (processors.KEY_OUTPUT_SCHEMA gives their Spark types).
+# Output columns (processors.OUTPUT_SCHEMA gives their Spark types). ``broker``: the key's
+# leader broker id as its latest placement said (null: unknown).
 OUTPUT_COLUMNS = (
-    "kind", "probe", "key", "topic", "part", "atype", "id", "verdict", "upd", "decided",
-    "writer", "body", "unseen", "lag", "e2e", "e2e_sum", "frags", "state_bytes", "raw",
+    "kind", "probe", "key", "topic", "part", "broker", "atype", "id", "verdict", "upd",
+    "decided", "writer", "body", "unseen", "lag", "e2e", "e2e_sum", "frags", "state_bytes",
+    "raw",
 )
 
-_STATE_VERSION = 1
+# 2: the extras carry the leader broker and the op index of the placement (1: neither).
+_STATE_VERSION = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A key's placement as a batch's events gave it: topic, partition, leader broker id
+    (None: the events did not say) and the op index of the event that said so (-1: none)."""
+
+    topic: str
+    partition: int | None
+    leader: int | None = None
+    op: int = -1
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,7 @@ class FoldSettings:
     unseen_grace_ns: int | None
     e2e_buckets_ns: tuple[int, ...]  # upper bounds of the end-to-end histogram, ascending
     verdict_memory: int = 1024
+    cluster: str = "local"  # the monitor's ``cluster`` setting, stamped on evidence
 
     def fold_config(self) -> FoldConfig:
         return FoldConfig(self.grace_ns, self.unseen_grace_ns, collect_lags=True)
@@ -66,8 +82,8 @@ class FoldSettings:
 class KeyFold:
     """One key's state and the adapter's extras, for one call."""
 
-    __slots__ = ("facts", "lags", "partition", "probe", "settings", "st", "timer_ms", "topic",
-                 "verdicts")
+    __slots__ = ("facts", "lags", "leader", "partition", "placed", "probe", "settings", "st",
+                 "timer_ms", "topic", "verdicts")
 
     def __init__(self, probe: str, key: Any, settings: FoldSettings) -> None:
         self.settings = settings
@@ -75,6 +91,8 @@ class KeyFold:
         self.st = KeyState(key, compact=True)  # millisecond ack times: ~22 bytes per offset
         self.topic = ev.UNKNOWN_TOPIC
         self.partition: int | None = None
+        self.leader: int | None = None  # the latest placement's leader broker
+        self.placed = -1  # op index of the latest placement
         self.timer_ms: int | None = None
         self.verdicts = ev.Verdicts(settings.verdict_memory)
         self.lags: dict[Any, tuple[int, int]] = {}  # process -> (invoke time, lag ns)
@@ -82,29 +100,39 @@ class KeyFold:
 
     # -- persistence ----------------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        extra = (_STATE_VERSION, self.topic, self.partition, self.timer_ms,
-                 self.verdicts.to_state(), self.lags)
+        extra = (_STATE_VERSION, self.topic, self.partition, self.leader, self.placed,
+                 self.timer_ms, self.verdicts.to_state(), self.lags)
         return pickle.dumps((self.st.to_bytes(), extra), protocol=5)
 
     @classmethod
     def from_bytes(cls, probe: str, data: bytes, settings: FoldSettings) -> KeyFold:
+        """A key's state as ``to_bytes`` wrote it, this version or version 1 (saved before
+        placements carried the leader: it is unknown until the key's next placement)."""
         fold_bytes, extra = pickle.loads(data)
-        version, topic, partition, timer_ms, verdicts, lags = extra
-        if version != _STATE_VERSION:
+        version = extra[0]
+        if version == _STATE_VERSION:
+            _, topic, partition, leader, placed, timer_ms, verdicts, lags = extra
+        elif version == 1:
+            _, topic, partition, timer_ms, verdicts, lags = extra
+            leader, placed = None, -1
+        else:
             raise ValueError(f"unknown key fold state version {version!r}")
         kf = cls(probe, None, settings)
         kf.st = KeyState.from_bytes(fold_bytes)
         kf.topic, kf.partition, kf.timer_ms = topic, partition, timer_ms
+        kf.leader, kf.placed = leader, placed
         kf.verdicts = ev.Verdicts.from_state(verdicts, settings.verdict_memory)
         kf.lags = lags
         return kf
 
     # -- one call -------------------------------------------------------------------------
-    def batch(self, frags: list[Fragment], placement: tuple[str, int] | None,
+    def batch(self, frags: list[Fragment], placement: Placement | None,
               watermark_ns: int) -> list[dict[str, Any]]:
-        """Fold this batch's fragments (any order), then advance to the watermark."""
-        if placement is not None:
-            self.topic, self.partition = placement
+        """Fold this batch's fragments (any order), then advance to the watermark.
+        ``placement`` replaces the key's unless it comes from an older op (a late event)."""
+        if placement is not None and placement.op >= self.placed:
+            self.topic, self.partition = placement.topic, placement.partition
+            self.leader, self.placed = placement.leader, placement.op
         out: list[dict[str, Any]] = []
         sink = Sink()
         cfg = self.settings.fold_config()
@@ -177,9 +205,10 @@ class KeyFold:
         rid, verdict, update = self.verdicts.classify(self.probe, a)
         key = a.record.get("key", self.st.key)
         rec = ev.evidence(rid=rid, verdict=verdict, update=update, type=a.type,
-                          probe=self.probe, key=key, topic=self.topic,
-                          partition=self.partition, record=a.record, decided_ns=decided,
-                          ops=ops, stage="key", decider=decider)
+                          cluster=self.settings.cluster, probe=self.probe, key=key,
+                          topic=self.topic, partition=self.partition, broker=self.leader,
+                          record=a.record, decided_ns=decided, ops=ops, stage="key",
+                          decider=decider)
         out.append(self._row(ANOMALY, atype=a.type, id=rid, verdict=verdict, upd=update,
                              decided=decided, body=ev.to_json(rec)))
 
@@ -189,9 +218,9 @@ class KeyFold:
             record = {"key": key, "value": value, "offset": offset, "ack-time": ack}
             rid = ev.evidence_id(self.probe, ev.UNSEEN, record)
             rec = ev.evidence(rid=rid, verdict=rid, update=False, type=ev.UNSEEN,
-                              probe=self.probe, key=key, topic=self.topic,
-                              partition=self.partition, record=record,
-                              decided_ns=ack + grace)
+                              cluster=self.settings.cluster, probe=self.probe, key=key,
+                              topic=self.topic, partition=self.partition,
+                              broker=self.leader, record=record, decided_ns=ack + grace)
             out.append(self._row(UNSEEN, atype=ev.UNSEEN, id=rid, verdict=rid, upd=False,
                                  decided=ack + grace, body=ev.to_json(rec)))
         sink.unseen.clear()
@@ -203,7 +232,8 @@ class KeyFold:
                 "kind": f.kind, "writer": f.writer, "key": _json_text(f.key),
                 "value": _json_text(f.value), "offset": f.offset, "outcome": f.outcome,
                 "time": f.time, "probe": self.probe, "topic": self.topic,
-                "partition": self.partition, "reader": f.reader, "max_read": f.max_read})
+                "partition": self.partition, "leader": self.leader, "reader": f.reader,
+                "max_read": f.max_read})
         sink.facts.clear()
 
     def _flush_facts(self, out: list, watermark_ns: int) -> None:
@@ -234,7 +264,7 @@ class KeyFold:
 
     def _row(self, kind: str, **fields: Any) -> dict[str, Any]:
         row = {"kind": kind, "probe": self.probe, "key": ev.to_json(self.st.key),
-               "topic": self.topic, "part": self.partition}
+               "topic": self.topic, "part": self.partition, "broker": self.leader}
         row.update(fields)
         return row
 

@@ -47,7 +47,14 @@ from kmon.checker.fragment import Fragment
 from kmon.streaming import collector, decode
 from kmon.streaming import evidence as ev
 from kmon.streaming.config import TXN_BUCKETS
-from kmon.streaming.keyfold import DEAD, OUTPUT_COLUMNS, FoldSettings, KeyFold, timer_to_keep
+from kmon.streaming.keyfold import (
+    DEAD,
+    OUTPUT_COLUMNS,
+    FoldSettings,
+    KeyFold,
+    Placement,
+    timer_to_keep,
+)
 from kmon.streaming.txnfold import TxnBucket, facts_of
 
 STATE_SCHEMA = StructType([StructField("data", BinaryType(), False)])
@@ -58,6 +65,7 @@ OUTPUT_SCHEMA = StructType([
     StructField("key", StringType()),  # JSON: keys keep their int/str type
     StructField("topic", StringType()),
     StructField("part", IntegerType()),
+    StructField("broker", IntegerType()),  # the key's leader broker id (null: unknown)
     StructField("atype", StringType()),  # anomaly type / "unseen" / dead-letter reason
     StructField("id", StringType()),
     StructField("verdict", StringType()),
@@ -91,16 +99,17 @@ def _dead_letters(reason: str, rows: Iterator[Row]) -> list[dict[str, Any]]:
     return out
 
 
-def key_fragments(key: Any, rows: Iterator[Row]) -> tuple[
-        list[Fragment], tuple[str, int | None] | None]:
+def key_fragments(key: Any, rows: Iterator[Row]) -> tuple[list[Fragment], Placement | None]:
     """One key's fragments from its key rows (in any order: the fold sorts them by op index),
-    and a placement they name."""
+    and the latest placement they name (that of the highest op index)."""
     frags: list[Fragment] = []
-    placement = None
+    placement: Placement | None = None
     for row in rows:
         frags.extend(unpack_fragments(key, row.blob))
         if row.topic is not None:
-            placement = (row.topic, row.part)
+            op = -1 if row.placed is None else row.placed
+            if placement is None or op >= placement.op:
+                placement = Placement(row.topic, row.part, row.leader, op)
     return frags, placement
 
 
@@ -239,19 +248,22 @@ class TxnFoldProcessor(_Timed):
     facts: no timers, no watermark of its own)."""
 
     def __init__(self, grace_ns: int, verdict_memory: int = 1024, retain_ns: int | None = None,
-                 max_writers: int | None = None, buckets: int = TXN_BUCKETS) -> None:
+                 max_writers: int | None = None, buckets: int = TXN_BUCKETS,
+                 cluster: str = "local") -> None:
         self.grace_ns = grace_ns
         self.verdict_memory = verdict_memory
         self.memory = (retain_ns, max_writers)  # how long / how many writers a bucket keeps
         self.buckets = buckets
+        self.cluster = cluster
 
     def handleInputRows(self, key: Any, rows: Iterator[Row],
                         timerValues: Any) -> Iterator[Row]:
         probe, bucket = key
         facts = [f for row in rows for f in facts_of(row.value, probe, bucket, self.buckets)]
         data = self._load()
-        b = TxnBucket(probe, self.grace_ns, self.verdict_memory, *self.memory) if data is None \
-            else TxnBucket.from_bytes(probe, data, self.grace_ns, self.verdict_memory, *self.memory)
+        b = TxnBucket(probe, self.grace_ns, self.verdict_memory, *self.memory,
+                      cluster=self.cluster) if data is None else TxnBucket.from_bytes(
+            probe, data, self.grace_ns, self.verdict_memory, *self.memory, cluster=self.cluster)
         out = b.batch(facts)
         self._save(b, 0, out)
         yield from to_rows(out)

@@ -74,9 +74,9 @@ def _send(producer: Any, topic: str, value: bytes, headers: Any, **where: Any) -
             producer.poll(0.05)
 
 
-def with_placements(ops: Iterable[Op], topic: str) -> Iterator[Op]:
+def with_placements(ops: Iterable[Op], topic: str, leader: int | None = None) -> Iterator[Op]:
     """``ops`` with every key they touch placed on ``topic``, partition = the key (0 for a
-    string key), as a probe reports where its keys live."""
+    string key), led by broker ``leader``, as a probe reports where its keys live."""
     for op in ops:
         keys: set[Any] = set()
         if op.f in MOP_FS:
@@ -88,6 +88,7 @@ def with_placements(ops: Iterable[Op], topic: str) -> Iterator[Op]:
         if not keys:
             yield op
             continue
-        placements = {k: KeyPlacement(topic, k if isinstance(k, int) else 0) for k in keys}
+        placements = {k: KeyPlacement(topic, k if isinstance(k, int) else 0, leader)
+                      for k in keys}
         meta = op.meta if op.meta is not None else OpMeta()
         yield dataclasses.replace(op, meta=dataclasses.replace(meta, placements=placements))

@@ -21,6 +21,9 @@ two grace periods; readers of a transaction's other keys may lag far behind), ol
 starts, so a clock value read here means every fact stage 1 decided before it is already here too.
 Forgetting happens when facts arrive; a bucket idle forever keeps its last few writers.
 
+Each fact carries its key's topic, partition and leader broker (``leader``, as stage 1 last
+knew it); a bucket keeps the latest per key for its evidence (``broker``) and metric labels.
+
 Facts of one batch are applied in (time, writer, key, value) order, so a replayed batch emits the
 same evidence; judging is incremental and order-independent in what it finds.
 
@@ -43,12 +46,14 @@ from kmon.checker.torn import TxnStage, TxnState
 from kmon.streaming import evidence as ev
 from kmon.streaming.keyfold import ANOMALY, STATS
 
-_STATE_VERSION = 1
+# 2: each key's place carries its leader broker (1: topic and partition only).
+_STATE_VERSION = 2
 
 # Facts per record: a fact is about 250 bytes of JSON, and Kafka refuses records over 1 MB
 # by default.
 FACTS_PER_RECORD = 1000
-# The fields a fact cannot do without (``keyfold`` writes these and probe, wm, topic, partition).
+# The fields a fact cannot do without (``keyfold`` writes these and probe, wm, topic, partition,
+# leader).
 _REQUIRED = frozenset(("kind", "writer", "key", "value", "offset", "outcome", "time"))
 
 log = logging.getLogger("kmon.monitor")
@@ -85,14 +90,17 @@ def facts_of(value: bytes, probe: str, bucket: int, buckets: int) -> list[dict[s
 
 
 class TxnBucket:
-    __slots__ = ("clock", "places", "probe", "stage", "timer_ms", "verdicts")
+    __slots__ = ("clock", "cluster", "places", "probe", "stage", "timer_ms", "verdicts")
 
     def __init__(self, probe: str, grace_ns: int, verdict_memory: int = 1024,
-                 retain_ns: int | None = None, max_writers: int | None = None) -> None:
+                 retain_ns: int | None = None, max_writers: int | None = None,
+                 cluster: str = "local") -> None:
         self.probe = probe
+        self.cluster = cluster  # the monitor's ``cluster`` setting, stamped on evidence
         self.stage = TxnStage(grace_ns, retain_ns, max_writers)
         self.clock = 0  # stage 1's watermark, as the latest fact carried it
-        self.places: dict[str, tuple[str, int | None]] = {}  # key (JSON) -> (topic, partition)
+        # key (JSON) -> (topic, partition, leader broker) as the key's latest fact said
+        self.places: dict[str, tuple[str, int | None, int | None]] = {}
         self.verdicts = ev.Verdicts(verdict_memory)
         self.timer_ms: int | None = None  # (no timers: forgetting happens as facts arrive)
 
@@ -104,11 +112,16 @@ class TxnBucket:
 
     @classmethod
     def from_bytes(cls, probe: str, data: bytes, grace_ns: int, verdict_memory: int = 1024,
-                   retain_ns: int | None = None, max_writers: int | None = None) -> TxnBucket:
+                   retain_ns: int | None = None, max_writers: int | None = None,
+                   cluster: str = "local") -> TxnBucket:
+        """A bucket's state as ``to_bytes`` wrote it, this version or version 1 (places
+        without a leader: unknown until the key's next fact)."""
         version, txns, places, verdicts, clock = pickle.loads(data)
-        if version != _STATE_VERSION:
+        if version == 1:
+            places = {k: (t, p, None) for k, (t, p) in places.items()}
+        elif version != _STATE_VERSION:
             raise ValueError(f"unknown transaction stage state version {version!r}")
-        b = cls(probe, grace_ns, verdict_memory, retain_ns, max_writers)
+        b = cls(probe, grace_ns, verdict_memory, retain_ns, max_writers, cluster)
         for w, (vis, inv, torn, lost, t) in txns.items():
             ts = TxnState()
             ts.visible, ts.invisible, ts.torn_reported, ts.lost_reported, ts.time = (
@@ -128,7 +141,9 @@ class TxnBucket:
             key = json.loads(f["key"])
             part = f.get("partition")
             part = None if part is None or part != part or part < 0 else int(part)
-            self.places[f["key"]] = (f.get("topic") or ev.UNKNOWN_TOPIC, part)
+            leader = f.get("leader")
+            self.places[f["key"]] = (f.get("topic") or ev.UNKNOWN_TOPIC, part,
+                                     leader if type(leader) is int else None)
             wm = int(f.get("wm") or 0)
             self.clock = max(self.clock, wm)
             self.stage.apply(TxnFact(f["kind"], f["writer"], key, json.loads(f["value"]),
@@ -150,12 +165,13 @@ class TxnBucket:
     def _anomaly(self, a: Any, decided: int, out: list) -> None:
         rid, verdict, update = self.verdicts.classify(self.probe, a)
         key = a.record.get("key")
-        topic, part = self.places.get(ev.to_json(key), (ev.UNKNOWN_TOPIC, None))
+        topic, part, broker = self.places.get(ev.to_json(key), (ev.UNKNOWN_TOPIC, None, None))
         rec = ev.evidence(rid=rid, verdict=verdict, update=update, type=a.type,
-                          probe=self.probe, key=key, topic=topic, partition=part,
-                          record=a.record, decided_ns=decided, stage="transaction")
+                          cluster=self.cluster, probe=self.probe, key=key, topic=topic,
+                          partition=part, broker=broker, record=a.record, decided_ns=decided,
+                          stage="transaction")
         out.append({"kind": ANOMALY, "probe": self.probe, "key": ev.to_json(key),
-                    "topic": topic, "part": part, "atype": a.type, "id": rid,
+                    "topic": topic, "part": part, "broker": broker, "atype": a.type, "id": rid,
                     "verdict": verdict, "upd": update, "decided": decided,
                     "body": ev.to_json(rec)})
 

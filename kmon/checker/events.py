@@ -158,12 +158,39 @@ class _Reader:
 
 
 @final
+class Placement:
+    """Where one key of an op event lives and which broker led it, as the probe's client
+    metadata showed when the op ran: ``leader`` None when the event does not say. ``op`` is
+    the event's op index (a probe's indices increase), so that the latest of several
+    placements of a key can be told apart whatever order events arrive in."""
+
+    def __init__(self, key: Any, topic: str, partition: int, leader: int | None,
+                 op: int) -> None:
+        self.key = key
+        self.topic = topic
+        self.partition = partition
+        self.leader = leader
+        self.op = op
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Placement):
+            return NotImplemented
+        return (self.key == other.key and self.topic == other.topic
+                and self.partition == other.partition and self.leader == other.leader
+                and self.op == other.op)
+
+    def __repr__(self) -> str:
+        return (f"Placement({self.key!r}, {self.topic!r}, {self.partition}, {self.leader}, "
+                f"{self.op})")
+
+
+@final
 class Event:
     """What the monitor needs of one valid op event: its identity, clock and fragments, and
-    where its keys live (key -> (topic, partition))."""
+    where its keys live (``Placement`` each)."""
 
     def __init__(self, probe: str, index: int, time: int, frags: list[Fragment],
-                 placements: list[tuple[Any, str, int]]) -> None:
+                 placements: list[Placement]) -> None:
         self.probe = probe
         self.index = index
         self.time = time
@@ -238,17 +265,17 @@ def _rebalances(r: _Reader) -> list[Rebalance]:
     return out
 
 
-def _placements(r: _Reader) -> list[tuple[Any, str, int]]:
-    out: list[tuple[Any, str, int]] = []
+def _placements(r: _Reader, op: int) -> list[Placement]:
+    out: list[Placement] = []
     n = r.count()
     while n:
         for _ in range(n):
             key = r.long_or_string()
             topic = r.string()
             partition = r.long()
-            r.null_or_int()  # leader
+            leader = r.null_or_long()  # an Avro int is read as a long
             r.null_or_int()  # leader epoch
-            out.append((key, topic, partition))
+            out.append(Placement(key, topic, partition, leader, op))
         n = r.count()
     return out
 
@@ -277,7 +304,7 @@ def read_event(data: bytes, version: int) -> Event:
         r.null_or_long()  # txn_seq
         r.skip_boolean()  # deliberate_abort
         r.null_or_string()  # error
-        placements = _placements(r)
+        placements = _placements(r, index)
     except _Undecodable as e:
         raise EventError(UNDECODABLE, str(e)) from None
     if r.pos != r.end:
@@ -327,7 +354,8 @@ def event_of(op: Op) -> Event:
     """The ``Event`` of a decoded, valid ``op``."""
     meta = op.meta
     probe = meta.probe if meta is not None else ""
-    placements = [(k, p.topic, p.partition) for k, p in meta.placements.items()] if meta else []
+    placements = [Placement(k, p.topic, p.partition, p.leader, op.index)
+                  for k, p in meta.placements.items()] if meta else []
     if op.type == "invoke":
         return Event(probe, op.index, op.time, [], placements)
     it = op.time if meta is None or meta.invoke_time is None else meta.invoke_time
@@ -338,12 +366,13 @@ def event_of(op: Op) -> Event:
 @final
 class Split:
     """One batch of events (an Arrow batch, in the monitor) split by (probe, key): each key's
-    fragments in event order and its latest placement, the rows that are dead letters with
-    their reasons, and the latest time of a valid event (ns; -1: none)."""
+    fragments in event order and its latest placement (that of the highest op index), the
+    rows that are dead letters with their reasons, and the latest time of a valid event (ns;
+    -1: none)."""
 
     def __init__(self) -> None:
         self.groups: dict[tuple[str, Any], list[Fragment]] = {}
-        self.placements: dict[tuple[str, Any], tuple[str, int]] = {}
+        self.placements: dict[tuple[str, Any], Placement] = {}
         self.dead: list[tuple[int, str]] = []
         self.max_time = -1
 
@@ -395,8 +424,11 @@ def split_batch(values: list[bytes | None], headers: list[str | None], kafka_ms:
                 groups[gk] = [fr]
             else:
                 frags.append(fr)
-        for key, topic, partition in ev.placements:
-            placements[(probe, key)] = (topic, partition)
+        for pl in ev.placements:
+            pk = (probe, pl.key)
+            had = placements.get(pk)
+            if had is None or had.op <= pl.op:
+                placements[pk] = pl
     return out
 
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kmon.checker import events
-from kmon.checker.events import EventError, read_event, split_batch
+from kmon.checker.events import EventError, Placement, read_event, split_batch
 from kmon.checker.fragment import split, to_row
 from kmon.history import avro
 from kmon.history.model import KeyPlacement, Op, OpMeta, Rebalance
@@ -126,7 +126,25 @@ def test_invokes_make_no_fragments_but_keep_their_clock_and_placements() -> None
     raw = _event(type="invoke", value=[("send", 1, 5, None)],
                  meta=OpMeta(probe="p", placements={1: KeyPlacement("t", 4)}))
     ev = read_event(raw, V)
-    assert (ev.index, ev.time, ev.frags, ev.placements) == (3, 1_000, [], [(1, "t", 4)])
+    assert (ev.index, ev.time, ev.frags, ev.placements) == (
+        3, 1_000, [], [Placement(1, "t", 4, None, 3)])
+
+
+def test_placements_carry_the_leader_broker() -> None:
+    raw = _event(type="invoke", value=[("send", 1, 5, None)],
+                 meta=OpMeta(probe="p", placements={1: KeyPlacement("t", 4, leader=2,
+                                                                    leader_epoch=7)}))
+    assert read_event(raw, V).placements == [Placement(1, "t", 4, 2, 3)]
+    assert events.decode_with_codec(raw, V).placements == [Placement(1, "t", 4, 2, 3)]
+
+
+def test_a_batch_keeps_each_keys_latest_placement_by_op_index() -> None:
+    def op(index: int, leader: int) -> Op:
+        return Op(index, index, 1, "invoke", "send", [("send", 1, index, None)],
+                  meta=OpMeta(probe="p", placements={1: KeyPlacement("t", 0, leader)}))
+
+    s = split_batch(_batch([op(5, 2), op(4, 1)]), [HEADER] * 2, [0] * 2, None)
+    assert s.placements == {("p", 1): Placement(1, "t", 0, 2, 5)}  # 4 came later, is older
 
 
 def _batch(ops_: list[Op]) -> list[bytes | None]:
@@ -150,7 +168,7 @@ def test_a_batch_groups_fragments_by_probe_and_key_in_event_order() -> None:
             want.setdefault((op.meta.probe, fr.key), []).append(to_row(fr))
     assert {k: [to_row(fr) for fr in v] for k, v in s.groups.items()} == want
     assert list(s.groups) == list(want)  # first seen, first
-    assert s.placements == {("p", 1): ("t", 1)}
+    assert s.placements == {("p", 1): Placement(1, "t", 1, None, 1)}
     assert (s.dead, s.max_time) == ([], 30)
 
 

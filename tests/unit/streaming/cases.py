@@ -57,6 +57,7 @@ CASES: dict[str, tuple[str, list[Op]]] = {
 }
 
 
-def placed(ops: list[Op], topic: str) -> list[Op]:
-    """``ops`` with every key placed on partition ``key`` (or 0) of ``topic``."""
-    return list(with_placements(ops, topic))
+def placed(ops: list[Op], topic: str, leader: int | None = None) -> list[Op]:
+    """``ops`` with every key placed on partition ``key`` (or 0) of ``topic``, led by broker
+    ``leader``."""
+    return list(with_placements(ops, topic, leader))

@@ -44,7 +44,7 @@ def rows_of(b: pa.RecordBatch) -> list[dict[str, Any]]:
 def test_each_key_gets_one_row_with_splits_fragments() -> None:
     ops = list(healthy(1_500, SynthConfig(keys=5, processes=3, keys_per_process=3)))
     ops.append(Op(9000, 7, 1, "ok", "poll", [("poll", {"s": [(0, "v")]})],
-                  meta=OpMeta(probe="q", placements={"s": KeyPlacement("t", 3)})))
+                  meta=OpMeta(probe="q", placements={"s": KeyPlacement("t", 3, leader=2)})))
     rows = rows_of(decode.key_batch(raw_batch([avro.encode_op(o) for o in ops])))
     got: dict[tuple, list] = {}
     for r in rows:
@@ -58,8 +58,8 @@ def test_each_key_gets_one_row_with_splits_fragments() -> None:
                 want.setdefault((probe, fr.key), []).append(to_row(fr))
     assert got == want
     string_key = next(r for r in rows if r["probe"] == "q")
-    assert (string_key["kl"], string_key["ks"], string_key["topic"], string_key["part"]) == (
-        0, "s", "t", 3)
+    assert (string_key["kl"], string_key["ks"], string_key["topic"], string_key["part"],
+            string_key["leader"], string_key["placed"]) == (0, "s", "t", 3, 2, 9000)
     assert {r["ets"] for r in rows} == {max(o.time for o in ops) // 1000}
 
 
@@ -87,7 +87,8 @@ def test_a_batch_of_invokes_and_ticks_carries_its_clock_on_a_clock_row() -> None
     rows = rows_of(decode.key_batch(raw_batch([avro.encode_op(invoke),
                                                avro.encode_op(clock_tick(9 * SECOND, "p"))])))
     assert rows == [{"probe": decode.CLOCK_PROBE, "kl": 0, "ks": None, "topic": None,
-                     "part": None, "blob": b"", "ets": 9 * SECOND // 1000}]
+                     "part": None, "leader": None, "placed": None, "blob": b"",
+                     "ets": 9 * SECOND // 1000}]
 
 
 def test_a_batch_of_nothing_valid_moves_no_clock() -> None:
