@@ -2,25 +2,45 @@
 
 The values live in plain dicts owned by ``MonitorMetrics`` and are exported by a custom
 collector, not by prometheus_client's own Counter objects, because they must survive a restart:
-``snapshot()``/``restore()`` carry every counter, histogram and the last gauges through the
-checkpoint (see ``snapshots``). A restarted monitor continues its counters; it never silently
-starts again from zero.
+``snapshot()``/``restore()`` carry every counter, histogram, the last gauges and each anomaly
+series' latest verdict time through the checkpoint (see ``snapshots``). A restarted monitor
+continues its counters; it never silently starts again from zero.
+
+Every metric carries ``cluster``, the monitor's ``cluster`` setting (one value per monitor).
 
 Label sets are bounded: ``topic``/``partition`` range over probe topics (a key without a
 placement is labelled topic ``unknown`` and its key as the partition), ``anomaly`` over the
-checker's names, ``reason`` over ``decode.REASONS``, ``operator`` over the two stages.
+checker's names, ``reason`` over ``decode.REASONS``, ``operator`` over the two stages, and
+``broker`` over the cluster's broker ids (the leader of the key as the probes' metadata last
+said; ``unknown`` when no event said). Leaders change, so how ``broker`` stays bounded:
+
+- gauges (``kmon_unseen_values``, ``kmon_realtime_lag_seconds``) are kept per key id with the
+  key's *latest* broker only: a key whose leader moves moves its contribution to the new
+  series, the old series disappears once no key is on it. At most one series per key.
+- counters and histograms (``kmon_anomalies_total``, ``kmon_unseen_verdicts_total``,
+  ``kmon_end_to_end_delay_seconds``) and ``kmon_anomaly_last_timestamp_seconds`` keep each
+  series that ever counted something (a counter must not vanish): at most one per anomaly
+  type (or none) x topic-partition x broker that led it while something was counted, so at
+  most the cluster's broker count times the former bounds.
 
 ``kmon_anomalies_total`` (every anomaly type) and ``kmon_unseen_verdicts_total`` are exported at
-0 for each topic/partition the monitor has seen, so an alert's ``increase()`` fires on the first
-anomaly (a series born at 1 has no increase) and dashboards show zeros, not "no data".
+0 for each (topic, partition, current broker) the gauges know, so an alert's ``increase()``
+fires on the first anomaly (a series born at 1 has no increase) and dashboards show zeros, not
+"no data". ``kmon_anomaly_last_timestamp_seconds`` is when the monitor counted the series'
+latest new verdict (wall clock): it survives restarts, so "a verdict in the last N minutes"
+holds across them where ``increase()`` over a restart would not.
+
+``kmon_monitor_last_batch_timestamp_seconds`` starts at ``kmon_monitor_start_timestamp_seconds``
+(the process's start), so a monitor that never completes a micro-batch shows it ageing.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -49,8 +69,15 @@ STATE_ROWS = "kmon_monitor_state_rows"
 STATE_BYTES = "kmon_monitor_state_bytes"
 WATERMARK_DELAY = "kmon_monitor_watermark_delay_seconds"
 LAST_BATCH = "kmon_monitor_last_batch_timestamp_seconds"
+START = "kmon_monitor_start_timestamp_seconds"
+ANOMALY_LAST = "kmon_anomaly_last_timestamp_seconds"
 DEAD_LETTERS = "kmon_dead_letters_total"
 DETECTION_LATENCY = "kmon_detection_latency_seconds"
+
+UNKNOWN_BROKER = "unknown"  # broker label of a key whose events named no leader
+# When this process started, as near as Python code can tell: this module is imported as the
+# monitor starts (before Spark).
+PROCESS_START = time.time()
 
 
 class Histogram:
@@ -99,52 +126,100 @@ def placement_labels(topic: str | None, partition: int | None, key: str) -> tupl
     return (topic, str(partition))
 
 
-class MonitorMetrics(Collector):
-    """Every monitor metric's current value, thread-safe; register it on a registry."""
+def broker_label(leader: int | None) -> str:
+    """The ``broker`` label of a leader broker id; ``unknown`` when none is known."""
+    if leader is None or leader < 0:
+        return UNKNOWN_BROKER
+    return str(leader)
 
-    def __init__(self) -> None:
+
+class Placed(NamedTuple):
+    """Where a series' key lives: its topic, partition and broker labels."""
+
+    topic: str
+    partition: str
+    broker: str
+
+
+class AnomalySeries(NamedTuple):
+    """The labels (but cluster) of one ``kmon_anomalies_total`` series."""
+
+    anomaly: str
+    topic: str
+    partition: str
+    broker: str
+
+
+class KeyGauge(NamedTuple):
+    """One key's latest gauge value and the labels it goes to."""
+
+    topic: str
+    partition: str
+    broker: str
+    value: float
+
+
+class MonitorMetrics(Collector):
+    """Every monitor metric's current value, thread-safe; register it on a registry.
+
+    ``cluster``: the ``cluster`` label; ``started_at``: the process's start (unix seconds), the
+    start timestamp and the first last-batch timestamp. ``clock``: the wall clock verdict
+    times are read from."""
+
+    def __init__(self, cluster: str = "local", started_at: float | None = None,
+                 clock: Any = time.time) -> None:
         self.lock = threading.RLock()
-        self.anomalies: dict[tuple[str, str, str], int] = {}
-        self.unseen_verdicts: dict[tuple[str, str], int] = {}
-        self.unseen_values: dict[str, tuple[str, str, int]] = {}  # key id -> (t, p, n)
-        self.lags: dict[str, tuple[str, str, float]] = {}  # key id -> (t, p, seconds)
-        self.e2e: dict[str, Histogram] = {}
+        self.cluster = cluster
+        self.started_at = PROCESS_START if started_at is None else started_at
+        self.clock = clock
+        self.anomalies: dict[AnomalySeries, int] = {}
+        self.anomaly_last: dict[AnomalySeries, float] = {}  # wall clock of the latest verdict
+        self.unseen_verdicts: dict[Placed, int] = {}
+        self.unseen_values: dict[str, KeyGauge] = {}  # key id -> its latest labels and count
+        self.lags: dict[str, KeyGauge] = {}  # key id -> its latest labels and lag (s)
+        self.e2e: dict[tuple[str, str], Histogram] = {}  # (topic, broker) ->
         self.events = 0
         self.input_rate = 0.0
         self.batch_duration = Histogram(BATCH_BUCKETS)
         self.state_rows: dict[str, int] = {}
         self.state_bytes: dict[str, int] = {}
         self.watermark_delay: float | None = None
-        self.last_batch: float | None = None
+        self.last_batch: float = self.started_at
         self.dead_letters: dict[str, int] = {}
         self.detection: dict[str, Histogram] = {}
 
     # -- updates (callers hold no lock; each method takes it) ------------------------------
-    def anomaly(self, anomaly: str, topic: str, partition: str, latency_s: float) -> None:
+    def anomaly(self, anomaly: str, topic: str, partition: str, latency_s: float, *,
+                broker: str = UNKNOWN_BROKER, at: float | None = None) -> None:
+        """A new verdict, counted at ``at`` (default: now)."""
         with self.lock:
-            k = (anomaly, topic, partition)
+            k = AnomalySeries(anomaly, topic, partition, broker)
             self.anomalies[k] = self.anomalies.get(k, 0) + 1
+            self.anomaly_last[k] = self.clock() if at is None else at
             h = self.detection.get(anomaly)
             if h is None:
                 h = self.detection[anomaly] = Histogram(DETECTION_BUCKETS)
             h.observe(max(0.0, latency_s))
 
-    def unseen_verdict(self, topic: str, partition: str) -> None:
+    def unseen_verdict(self, topic: str, partition: str, *,
+                       broker: str = UNKNOWN_BROKER) -> None:
         with self.lock:
-            k = (topic, partition)
+            k = Placed(topic, partition, broker)
             self.unseen_verdicts[k] = self.unseen_verdicts.get(k, 0) + 1
 
     def key_stats(self, key_id: str, topic: str, partition: str, unseen: int,
-                  lag_s: float) -> None:
+                  lag_s: float, *, broker: str = UNKNOWN_BROKER) -> None:
+        """A key's gauges; they replace the key's previous ones, whatever their labels."""
         with self.lock:
-            self.unseen_values[key_id] = (topic, partition, unseen)
-            self.lags[key_id] = (topic, partition, lag_s)
+            self.unseen_values[key_id] = KeyGauge(topic, partition, broker, unseen)
+            self.lags[key_id] = KeyGauge(topic, partition, broker, lag_s)
 
-    def end_to_end(self, topic: str, counts: list[int], total_s: float) -> None:
+    def end_to_end(self, topic: str, counts: list[int], total_s: float, *,
+                   broker: str = UNKNOWN_BROKER) -> None:
         with self.lock:
-            h = self.e2e.get(topic)
+            h = self.e2e.get((topic, broker))
             if h is None:
-                h = self.e2e[topic] = Histogram(E2E_BUCKETS)
+                h = self.e2e[(topic, broker)] = Histogram(E2E_BUCKETS)
             h.add_counts(counts, total_s)
 
     def dead_letter(self, reason: str, n: int = 1) -> None:
@@ -172,10 +247,11 @@ class MonitorMetrics(Collector):
         with self.lock:
             return {
                 "anomalies": [[*k, n] for k, n in self.anomalies.items()],
+                "anomaly_last": [[*k, t] for k, t in self.anomaly_last.items()],
                 "unseen_verdicts": [[*k, n] for k, n in self.unseen_verdicts.items()],
                 "unseen_values": {k: list(v) for k, v in self.unseen_values.items()},
                 "lags": {k: list(v) for k, v in self.lags.items()},
-                "e2e": {t: h.to_json() for t, h in self.e2e.items()},
+                "e2e_by_broker": [[t, b, h.to_json()] for (t, b), h in self.e2e.items()],
                 "events": self.events,
                 "batch_duration": self.batch_duration.to_json(),
                 "dead_letters": dict(self.dead_letters),
@@ -183,15 +259,24 @@ class MonitorMetrics(Collector):
             }
 
     def restore(self, data: dict[str, Any]) -> None:
+        """Values from ``snapshot()``'s, also one written before the ``broker`` label (its
+        series get broker ``unknown``)."""
         with self.lock:
-            self.anomalies = {(a, t, p): int(n) for a, t, p, n in data.get("anomalies", ())}
-            self.unseen_verdicts = {(t, p): int(n) for t, p, n in data.get("unseen_verdicts", ())}
-            self.unseen_values = {k: tuple(v) for k, v in data.get("unseen_values", {}).items()}
-            self.lags = {k: tuple(v) for k, v in data.get("lags", {}).items()}
+            self.anomalies = {AnomalySeries(*_brokered(k, 3)): int(n)
+                              for *k, n in data.get("anomalies", ())}
+            self.anomaly_last = {AnomalySeries(*k): float(t)
+                                 for *k, t in data.get("anomaly_last", ())}
+            self.unseen_verdicts = {Placed(*_brokered(k, 2)): int(n)
+                                    for *k, n in data.get("unseen_verdicts", ())}
+            self.unseen_values = {k: KeyGauge(*_brokered(v[:-1], 2), v[-1])
+                                  for k, v in data.get("unseen_values", {}).items()}
+            self.lags = {k: KeyGauge(*_brokered(v[:-1], 2), v[-1])
+                         for k, v in data.get("lags", {}).items()}
             self.e2e = {}
-            for t, raw in data.get("e2e", {}).items():
-                self.e2e[t] = Histogram(E2E_BUCKETS)
-                self.e2e[t].load(raw)
+            raw_e2e = [(t, UNKNOWN_BROKER, raw) for t, raw in data.get("e2e", {}).items()]
+            for t, b, raw in [*raw_e2e, *data.get("e2e_by_broker", ())]:
+                self.e2e[(t, b)] = Histogram(E2E_BUCKETS)
+                self.e2e[(t, b)].load(raw)
             self.events = int(data.get("events", 0))
             if "batch_duration" in data:
                 self.batch_duration.load(data["batch_duration"])
@@ -202,90 +287,120 @@ class MonitorMetrics(Collector):
                 self.detection[a].load(raw)
 
     # -- export ---------------------------------------------------------------------------
-    def _placements_seen(self) -> set[tuple[str, str]]:
-        """(topic, partition) of every key with stats or verdicts: the zero series' labels."""
-        seen = {(t, p) for t, p, _ in self.unseen_values.values()}
-        seen |= {(t, p) for t, p, _ in self.lags.values()}
-        seen |= {(t, p) for _, t, p in self.anomalies}
-        return seen | set(self.unseen_verdicts)
+    def _zero_placements(self) -> set[Placed]:
+        """The zero series' labels: each key's current (topic, partition, broker), and the
+        labels of counted series on a topic-partition no key's gauges name (restored ones)."""
+        current = {Placed(g.topic, g.partition, g.broker)
+                   for d in (self.unseen_values, self.lags) for g in d.values()}
+        known = {(p.topic, p.partition) for p in current}
+        counted = {Placed(k.topic, k.partition, k.broker) for k in self.anomalies}
+        counted |= set(self.unseen_verdicts)
+        return current | {p for p in counted if (p.topic, p.partition) not in known}
 
     def collect(self) -> Iterator[Any]:
+        cl = self.cluster
         with self.lock:
             c = CounterMetricFamily(ANOMALIES, "Verdicts emitted, each anomaly once.",
-                                    labels=["anomaly", "topic", "partition"])
-            seen = self._placements_seen()
-            anomalies = {(a, *tp): 0 for a in ANOMALY_TYPES for tp in seen} | self.anomalies
-            for (a, t, p), n in sorted(anomalies.items()):
-                c.add_metric([a, t, p], n)
+                                    labels=["cluster", "anomaly", "topic", "partition",
+                                            "broker"])
+            seen = self._zero_placements()
+            zeros = {AnomalySeries(a, *p): 0 for a in ANOMALY_TYPES for p in seen}
+            for k, n in sorted((zeros | self.anomalies).items()):
+                c.add_metric([cl, *k], n)
             yield c
+            g = GaugeMetricFamily(ANOMALY_LAST, "When the monitor counted the series' latest "
+                                  "new verdict (unix seconds, wall clock).",
+                                  labels=["cluster", "anomaly", "topic", "partition", "broker"])
+            for k, t in sorted(self.anomaly_last.items()):
+                g.add_metric([cl, *k], t)
+            yield g
             g = GaugeMetricFamily(UNSEEN_VALUES, "Acknowledged values no poll has returned yet.",
-                                  labels=["topic", "partition"])
-            for (t, p), n in sorted(_sum_by_label(self.unseen_values).items()):
-                g.add_metric([t, p], n)
+                                  labels=["cluster", "topic", "partition", "broker"])
+            for p, n in sorted(_sum_by_label(self.unseen_values).items()):
+                g.add_metric([cl, *p], n)
             yield g
             c = CounterMetricFamily(UNSEEN_VERDICTS,
                                     "Values unseen for longer than the unseen grace period.",
-                                    labels=["topic", "partition"])
-            for (t, p), n in sorted(({tp: 0 for tp in seen} | self.unseen_verdicts).items()):
-                c.add_metric([t, p], n)
+                                    labels=["cluster", "topic", "partition", "broker"])
+            for p, n in sorted(({p: 0 for p in seen} | self.unseen_verdicts).items()):
+                c.add_metric([cl, *p], n)
             yield c
             g = GaugeMetricFamily(REALTIME_LAG,
                                   "Worst realtime lag of any consumer at its latest poll.",
-                                  labels=["topic", "partition"])
-            for (t, p), v in sorted(_max_by_label(self.lags).items()):
-                g.add_metric([t, p], v)
+                                  labels=["cluster", "topic", "partition", "broker"])
+            for p, v in sorted(_max_by_label(self.lags).items()):
+                g.add_metric([cl, *p], v)
             yield g
             h = HistogramMetricFamily(E2E_DELAY, "Send acknowledged -> first poll that saw it.",
-                                      labels=["topic"])
-            for t, hist in sorted(self.e2e.items()):
-                h.add_metric([t], hist.cumulative(), hist.sum)
+                                      labels=["cluster", "topic", "broker"])
+            for (t, b), hist in sorted(self.e2e.items()):
+                h.add_metric([cl, t, b], hist.cumulative(), hist.sum)
             yield h
-            yield CounterMetricFamily(EVENTS, "Op events processed.", value=self.events)
-            yield GaugeMetricFamily(INPUT_RATE, "Input rate of the latest micro-batch.",
-                                    value=self.input_rate)
-            h = HistogramMetricFamily(BATCH_DURATION, "Micro-batch duration.", labels=[])
-            h.add_metric([], self.batch_duration.cumulative(), self.batch_duration.sum)
+            c = CounterMetricFamily(EVENTS, "Op events processed.", labels=["cluster"])
+            c.add_metric([cl], self.events)
+            yield c
+            g = GaugeMetricFamily(INPUT_RATE, "Input rate of the latest micro-batch.",
+                                  labels=["cluster"])
+            g.add_metric([cl], self.input_rate)
+            yield g
+            h = HistogramMetricFamily(BATCH_DURATION, "Micro-batch duration.", labels=["cluster"])
+            h.add_metric([cl], self.batch_duration.cumulative(), self.batch_duration.sum)
             yield h
             g = GaugeMetricFamily(STATE_ROWS, "Rows in the state store, per stateful operator.",
-                                  labels=["operator"])
+                                  labels=["cluster", "operator"])
             for op, n in sorted(self.state_rows.items()):
-                g.add_metric([op], n)
+                g.add_metric([cl, op], n)
             yield g
             g = GaugeMetricFamily(STATE_BYTES, "State store memory, per stateful operator.",
-                                  labels=["operator"])
+                                  labels=["cluster", "operator"])
             for op, n in sorted(self.state_bytes.items()):
-                g.add_metric([op], n)
+                g.add_metric([cl, op], n)
             yield g
             if self.watermark_delay is not None:
-                yield GaugeMetricFamily(WATERMARK_DELAY,
-                                        "Wall clock minus the event-time watermark.",
-                                        value=self.watermark_delay)
-            if self.last_batch is not None:
-                yield GaugeMetricFamily(LAST_BATCH, "When the latest micro-batch finished.",
-                                        value=self.last_batch)
+                g = GaugeMetricFamily(WATERMARK_DELAY,
+                                      "Wall clock minus the event-time watermark.",
+                                      labels=["cluster"])
+                g.add_metric([cl], self.watermark_delay)
+                yield g
+            g = GaugeMetricFamily(LAST_BATCH, "When the latest micro-batch finished (the "
+                                  "monitor's start until one has).", labels=["cluster"])
+            g.add_metric([cl], self.last_batch)
+            yield g
+            g = GaugeMetricFamily(START, "When this monitor process started (unix seconds).",
+                                  labels=["cluster"])
+            g.add_metric([cl], self.started_at)
+            yield g
             c = CounterMetricFamily(DEAD_LETTERS, "Malformed op events sent to the dead letters.",
-                                    labels=["reason"])
+                                    labels=["cluster", "reason"])
             for r, n in sorted(self.dead_letters.items()):
-                c.add_metric([r], n)
+                c.add_metric([cl, r], n)
             yield c
             h = HistogramMetricFamily(DETECTION_LATENCY, "Deciding event's time -> verdict "
-                                      "emitted.", labels=["anomaly"])
+                                      "emitted.", labels=["cluster", "anomaly"])
             for a, hist in sorted(self.detection.items()):
-                h.add_metric([a], hist.cumulative(), hist.sum)
+                h.add_metric([cl, a], hist.cumulative(), hist.sum)
             yield h
 
 
-def _sum_by_label(values: dict[str, tuple[str, str, int]]) -> dict[tuple[str, str], int]:
-    out: dict[tuple[str, str], int] = {}
-    for t, p, n in values.values():
-        out[(t, p)] = out.get((t, p), 0) + int(n)
+def _brokered(labels: list[Any], n: int) -> list[Any]:
+    """Snapshot labels with the broker label: ``n`` labels before it, then the broker
+    (``unknown`` in snapshots written before the label existed)."""
+    return [*labels[:n], labels[n] if len(labels) > n else UNKNOWN_BROKER]
+
+
+def _sum_by_label(values: dict[str, KeyGauge]) -> dict[Placed, int]:
+    out: dict[Placed, int] = {}
+    for g in values.values():
+        p = Placed(g.topic, g.partition, g.broker)
+        out[p] = out.get(p, 0) + int(g.value)
     return out
 
 
-def _max_by_label(values: dict[str, tuple[str, str, float]]) -> dict[tuple[str, str], float]:
-    out: dict[tuple[str, str], float] = {}
-    for t, p, v in values.values():
-        out[(t, p)] = max(out.get((t, p), 0.0), float(v))
+def _max_by_label(values: dict[str, KeyGauge]) -> dict[Placed, float]:
+    out: dict[Placed, float] = {}
+    for g in values.values():
+        p = Placed(g.topic, g.partition, g.broker)
+        out[p] = max(out.get(p, 0.0), float(g.value))
     return out
 
 

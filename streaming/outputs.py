@@ -30,7 +30,7 @@ from typing import Any
 from kmon.streaming import evidence as ev
 from kmon.streaming.config import TXN_BUCKETS
 from kmon.streaming.keyfold import ANOMALY, DEAD, FACT, STATS, UNSEEN
-from kmon.streaming.metrics import MonitorMetrics, placement_labels
+from kmon.streaming.metrics import MonitorMetrics, broker_label, placement_labels
 from kmon.streaming.snapshots import SnapshotStore
 from kmon.streaming.txnfold import bucket_of, fact_records
 
@@ -198,12 +198,14 @@ class Outputs:
         rec["detected_at"] = int(now * 1e9)
         self._produce(self.topics[ANOMALY], r["id"], ev.to_json(rec))
         topic, part = placement_labels(r["topic"], r["part"], r["key"])
+        broker = broker_label(r["broker"])
         if r["kind"] == UNSEEN:
-            counts.append(lambda: self.metrics.unseen_verdict(topic, part))
+            counts.append(lambda: self.metrics.unseen_verdict(topic, part, broker=broker))
         elif not r["upd"]:
             latency = now - (r["decided"] or 0) / 1e9
             atype = r["atype"]
-            counts.append(lambda: self.metrics.anomaly(atype, topic, part, latency))
+            counts.append(lambda: self.metrics.anomaly(atype, topic, part, latency,
+                                                       broker=broker, at=self.clock()))
 
     def _dead_letter(self, r: Any, counts: list) -> None:
         reason = r["atype"] or "unknown"
@@ -216,14 +218,17 @@ class Outputs:
 
     def _stats(self, r: Any, counts: list) -> None:
         topic, part = placement_labels(r["topic"], r["part"], r["key"])
+        broker = broker_label(r["broker"])
         key_id = f"{r['probe']}/{r['key']}"
         unseen, lag = r["unseen"] or 0, (r["lag"] or 0) / 1e9
-        self.metrics.key_stats(key_id, topic, part, unseen, lag)  # gauges: replays are harmless
+        # gauges (replays are harmless), under the key's latest broker only
+        self.metrics.key_stats(key_id, topic, part, unseen, lag, broker=broker)
         self.key_state_bytes[key_id] = r["state_bytes"] or 0
         e2e = r["e2e"]
         if e2e and any(e2e):
             total = (r["e2e_sum"] or 0) / 1e9
-            counts.append(lambda: self.metrics.end_to_end(topic, list(e2e), total))
+            counts.append(lambda: self.metrics.end_to_end(topic, list(e2e), total,
+                                                          broker=broker))
 
     # -- Kafka ------------------------------------------------------------------------------
     def _produce(self, topic: str, key: str, value: str | bytes,

@@ -354,10 +354,10 @@ class Matrix:
         assert self.monitor is not None
         m = self.monitor.metrics
         out: dict[str, Counter[str]] = {}
-        for (anomaly, topic, _), n in list(m.anomalies.items()):
-            out.setdefault(_prefix(topic), Counter())[anomaly] += n
-        for (topic, _), n in list(m.unseen_verdicts.items()):
-            out.setdefault(_prefix(topic), Counter())[UNSEEN] += n
+        for k, n in list(m.anomalies.items()):
+            out.setdefault(_prefix(k.topic), Counter())[k.anomaly] += n
+        for p, n in list(m.unseen_verdicts.items()):
+            out.setdefault(_prefix(p.topic), Counter())[UNSEEN] += n
         return {k: dict(v) for k, v in out.items()}
 
 

@@ -111,6 +111,9 @@ def _malformed(now: int) -> list[tuple[bytes, list | None]]:
     ]
 
 
+CLUSTER = "it-cluster"  # the monitor's cluster setting: on every metric and evidence record
+LEADER = 2  # the cases' keys' leader broker, as their placements say
+
 MALFORMED_REASONS = [decode.UNDECODABLE, decode.NO_HEADER, decode.UNKNOWN_VERSION,
                      decode.NEGATIVE_INDEX, decode.NEGATIVE_OFFSET, decode.TIME_IN_FUTURE]
 
@@ -118,7 +121,7 @@ MALFORMED_REASONS = [decode.UNDECODABLE, decode.NO_HEADER, decode.UNKNOWN_VERSIO
 @pytest.fixture(scope="module")
 def run(spark: Any, kafka_bootstrap: str, tmp_path_factory: Any) -> Iterator[dict]:
     tag = uuid.uuid4().hex[:8]
-    cfg = _config(kafka_bootstrap, tmp_path_factory.mktemp("monitor"), tag)
+    cfg = _config(kafka_bootstrap, tmp_path_factory.mktemp("monitor"), tag, cluster=CLUSTER)
     _create(kafka_bootstrap, cfg.events_topic)
     monitor = Monitor(cfg, spark)
     monitor.start()
@@ -129,7 +132,8 @@ def run(spark: Any, kafka_bootstrap: str, tmp_path_factory: Any) -> Iterator[dic
             p.produce(cfg.events_topic, value=value, headers=headers)
         for name, (_, ops) in CASES.items():
             replay.produce(p, cfg.events_topic, replay.as_events(
-                placed(ops, name), probe=name, time_offset_ns=start, time_scale=1_000_000))
+                placed(ops, name, LEADER), probe=name, time_offset_ns=start,
+                time_scale=1_000_000))
         synth = healthy(HEALTHY_EVENTS, SynthConfig(keys=8, processes=4, keys_per_process=4))
         replay.produce(p, cfg.events_topic, replay.as_events(
             placed(list(synth), "healthy"), probe="healthy", time_offset_ns=start + 60 * SECOND))
@@ -137,7 +141,7 @@ def run(spark: Any, kafka_bootstrap: str, tmp_path_factory: Any) -> Iterator[dic
 
         def all_in() -> bool:
             m = monitor.metrics
-            found = {(a, t) for a, t, _ in m.anomalies}
+            found = {(k.anomaly, k.topic) for k in m.anomalies}
             return (sum(m.dead_letters.values()) >= len(MALFORMED_REASONS)
                     and all((a, case) in found for case, (a, _) in CASES.items())
                     and m.events >= HEALTHY_EVENTS)
@@ -151,17 +155,24 @@ def run(spark: Any, kafka_bootstrap: str, tmp_path_factory: Any) -> Iterator[dic
 
 
 def _sample(monitor: Monitor, name: str, **labels: str) -> float:
-    return monitor.registry.get_sample_value(name, labels) or 0.0
+    """The sum of ``name``'s samples that have ``labels`` (whatever their other labels:
+    ``cluster``, ``broker``)."""
+    return sum(s.value for fam in monitor.registry.collect() for s in fam.samples
+               if s.name == name and labels.items() <= s.labels.items())
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_anomaly_type_raises_its_metric_and_evidence(run: dict, case: str) -> None:
     anomaly, _ = CASES[case]
     monitor = run["monitor"]
-    labelled = [(t, p) for (a, t, p) in monitor.metrics.anomalies if a == anomaly and t == case]
+    labelled = [k for k in monitor.metrics.anomalies if k.anomaly == anomaly and k.topic == case]
     assert labelled, f"no {anomaly} counted for topic {case}"
-    assert sum(_sample(monitor, "kmon_anomalies_total", anomaly=anomaly, topic=case,
-                       partition=p) for _, p in labelled) >= 1
+    assert sum(_sample(monitor, "kmon_anomalies_total", cluster=CLUSTER, anomaly=anomaly,
+                       topic=case, partition=k.partition, broker=k.broker)
+               for k in labelled) >= 1
+    assert {k.broker for k in labelled} == {str(LEADER)}
+    assert _sample(monitor, "kmon_anomaly_last_timestamp_seconds", cluster=CLUSTER,
+                   anomaly=anomaly, topic=case, broker=str(LEADER)) > 0
     assert _sample(monitor, "kmon_detection_latency_seconds_count", anomaly=anomaly) >= 1
     records = [e for e in run["evidence"] if e["probe"] == case and e["anomaly"] == anomaly]
     assert records
@@ -172,6 +183,7 @@ def test_each_anomaly_type_raises_its_metric_and_evidence(run: dict, case: str) 
     assert all({"index", "process", "time"} <= set(o) for o in e["ops"])
     assert e["detected_at"] >= e["decided_time"] > 0
     assert e["record"]["key"] == e["key"]
+    assert (e["cluster"], e["broker"]) == (CLUSTER, LEADER)
 
 
 def test_each_verdict_is_counted_once(run: dict) -> None:
@@ -185,7 +197,7 @@ def test_each_verdict_is_counted_once(run: dict) -> None:
 
 def test_healthy_run_has_no_anomaly(run: dict) -> None:
     assert not [e for e in run["evidence"] if e["probe"] == "healthy"]
-    assert not [k for k in run["monitor"].metrics.anomalies if k[1] == "healthy"]
+    assert not [k for k in run["monitor"].metrics.anomalies if k.topic == "healthy"]
     m = run["monitor"]
     assert _sample(m, "kmon_end_to_end_delay_seconds_count", topic="healthy") > 0
     assert _sample(m, "kmon_monitor_events_total") >= HEALTHY_EVENTS
@@ -213,8 +225,11 @@ def test_the_monitor_is_prometheus_scrapable(run: dict) -> None:
                  "kmon_monitor_batch_duration_seconds_bucket", "kmon_monitor_state_bytes",
                  "kmon_monitor_watermark_delay_seconds", "kmon_dead_letters_total",
                  "kmon_detection_latency_seconds_bucket", "kmon_monitor_input_events_per_second",
-                 "kmon_monitor_last_batch_timestamp_seconds", "kmon_monitor_state_rows"):
+                 "kmon_monitor_last_batch_timestamp_seconds", "kmon_monitor_state_rows",
+                 "kmon_anomaly_last_timestamp_seconds", "kmon_monitor_start_timestamp_seconds"):
         assert f"\n{name}" in text, name
+    samples = [line for line in text.splitlines() if line.startswith("kmon_")]
+    assert samples and all(f'cluster="{CLUSTER}"' in line for line in samples)
 
 
 def test_expected_warnings_are_quiet(run: dict, spark: Any) -> None:

@@ -59,7 +59,7 @@ def _counters(monitor: Monitor) -> dict:
 
 def _wait_done(monitor: Monitor, events: int) -> None:
     def done() -> bool:
-        found = {(a, t) for a, t, _ in monitor.metrics.anomalies}
+        found = {(k.anomaly, k.topic) for k in monitor.metrics.anomalies}
         return (monitor.metrics.events >= events
                 and all((CASES[c][0], c) in found for c in RESTART_CASES))
 

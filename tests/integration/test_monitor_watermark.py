@@ -45,7 +45,7 @@ def _watermark_s(monitor: Monitor) -> float:
 
 
 def _found(monitor: Monitor) -> set[tuple[str, str]]:
-    return {(a, probe) for a, probe, _ in monitor.metrics.anomalies}
+    return {(k.anomaly, k.topic) for k in monitor.metrics.anomalies}
 
 
 def test_a_lagging_events_partition_holds_back_absence_verdicts(

@@ -51,7 +51,8 @@ class FakeProducer:
 
 
 def _row(kind: str, **kw):
-    base = {"kind": kind, "probe": "p", "key": "1", "topic": "t", "part": 0, "atype": None,
+    base = {"kind": kind, "probe": "p", "key": "1", "topic": "t", "part": 0, "broker": None,
+            "atype": None,
             "id": None, "verdict": None, "upd": False, "decided": None, "writer": None,
             "body": None, "unseen": None, "lag": None, "e2e": None, "e2e_sum": None,
             "frags": 0, "state_bytes": 0, "raw": None}
@@ -96,9 +97,26 @@ def _outputs(tmp_path, producer=None, metrics=None, now=2.0):
                    clock=lambda: now)
 
 
-def _count(m: MonitorMetrics, anomaly: str = "lost-write") -> float | None:
+def _count(m: MonitorMetrics, anomaly: str = "lost-write", broker: str = "unknown"
+           ) -> float | None:
     return registry_with(m).get_sample_value(
-        "kmon_anomalies_total", {"anomaly": anomaly, "topic": "t", "partition": "0"})
+        "kmon_anomalies_total", {"cluster": "local", "anomaly": anomaly, "topic": "t",
+                                 "partition": "0", "broker": broker})
+
+
+class _Registry:
+    """A registry's samples looked up with ``cluster="local"`` (and ``broker="unknown"`` where
+    the metric has it) unless told otherwise."""
+
+    def __init__(self, m: MonitorMetrics) -> None:
+        self.reg = registry_with(m)
+
+    def get_sample_value(self, name: str, labels: dict[str, str] | None = None
+                         ) -> float | None:
+        labels = {"cluster": "local", **(labels or {})}
+        if "topic" in labels:
+            labels.setdefault("broker", "unknown")
+        return self.reg.get_sample_value(name, labels)
 
 
 def test_batch_delivers_and_counts(tmp_path) -> None:
@@ -118,7 +136,7 @@ def test_batch_delivers_and_counts(tmp_path) -> None:
     assert json.loads(sent[4][2]) == [_fact(33), _fact(1)]  # writers 33 and 1: bucket 1 of 16
     m = out.metrics
     assert _count(m) == 1  # the update is evidence, not a new verdict
-    reg = registry_with(m)
+    reg = _Registry(m)
     assert reg.get_sample_value("kmon_detection_latency_seconds_sum",
                                 {"anomaly": "lost-write"}) == pytest.approx(1.0)
     assert reg.get_sample_value("kmon_dead_letters_total", {"reason": "undecodable"}) == 1
@@ -150,7 +168,7 @@ def test_restart_continues_counters_and_recognises_replays(tmp_path) -> None:
     again.handle(KEYS, 2, [_evidence("a3")])
     again.progress(KEYS, {"batchId": 1, "numInputRows": 40, "durationMs": {}, "eventTime": {}})
     assert _count(again.metrics) == 3
-    assert registry_with(again.metrics).get_sample_value("kmon_monitor_events_total") == 40
+    assert _Registry(again.metrics).get_sample_value("kmon_monitor_events_total") == 40
 
 
 def test_failed_delivery_fails_the_batch_and_counts_nothing(tmp_path) -> None:
@@ -172,7 +190,7 @@ def test_progress_reports(tmp_path) -> None:
     out.progress(TRANSACTIONS, {"batchId": 9, "numInputRows": 5, "durationMs": {},
                                 "stateOperators": [{"numRowsTotal": 16,
                                                     "memoryUsedBytes": 100}]})
-    reg = registry_with(out.metrics)
+    reg = _Registry(out.metrics)
     assert reg.get_sample_value("kmon_monitor_events_total") == 100  # stage 1's input only
     assert reg.get_sample_value("kmon_monitor_watermark_delay_seconds") == pytest.approx(10.0)
     assert reg.get_sample_value("kmon_monitor_state_rows", {"operator": "keys"}) == 64
@@ -279,3 +297,40 @@ def test_close_waits_for_a_running_batch_then_refuses_later_callbacks(tmp_path) 
     out.progress(KEYS, {"batchId": 1, "numInputRows": 10, "durationMs": {}})
     assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == snapshots
     assert [s[1] for s in producer.sent] == ["a"]
+
+
+def test_rows_count_under_their_keys_leader_and_the_count_time_is_kept(tmp_path) -> None:
+    clock = [100.0]
+    out = Outputs(anomalies_topic="an", facts_topic="fa", dead_letter_topic="dl",
+                  producer=FakeProducer(), metrics=MonitorMetrics(cluster="c1"),
+                  store=LocalSnapshotStore(tmp_path / "metrics"), e2e_bounds_s=E2E_BUCKETS,
+                  clock=lambda: clock[0])
+    ev = _evidence("a1")
+    ev["broker"] = 3
+    out.handle(KEYS, 0, [ev, _row(UNSEEN, broker=3, atype="unseen", id="u1",
+                                  body=json.dumps({"id": "u1"})),
+                         _row(STATS, broker=3, unseen=1, lag=0, e2e=[1] + [0] * 15,
+                              e2e_sum=1000)])
+    reg = registry_with(out.metrics)
+    labels = {"cluster": "c1", "topic": "t", "partition": "0", "broker": "3"}
+    assert reg.get_sample_value("kmon_anomalies_total", {**labels, "anomaly": "lost-write"}) == 1
+    assert reg.get_sample_value("kmon_anomaly_last_timestamp_seconds",
+                                {**labels, "anomaly": "lost-write"}) == 100.0
+    assert reg.get_sample_value("kmon_unseen_verdicts_total", labels) == 1
+    assert reg.get_sample_value("kmon_unseen_values", labels) == 1
+    assert reg.get_sample_value("kmon_end_to_end_delay_seconds_count",
+                                {"cluster": "c1", "topic": "t", "broker": "3"}) == 1
+    # a restarted driver exports the old time until a new verdict
+    clock[0] = 500.0
+    again = Outputs(anomalies_topic="an", facts_topic="fa", dead_letter_topic="dl",
+                    producer=FakeProducer(), metrics=MonitorMetrics(cluster="c1"),
+                    store=LocalSnapshotStore(tmp_path / "metrics"), e2e_bounds_s=E2E_BUCKETS,
+                    clock=lambda: clock[0])
+    again.restore()
+    last = {**labels, "anomaly": "lost-write"}
+    reg = registry_with(again.metrics)
+    assert reg.get_sample_value("kmon_anomaly_last_timestamp_seconds", last) == 100.0
+    ev = _evidence("a2")
+    ev["broker"] = 3
+    again.handle(KEYS, 1, [ev])
+    assert reg.get_sample_value("kmon_anomaly_last_timestamp_seconds", last) == 500.0
