@@ -12,6 +12,8 @@ Keys (``KEYS`` has each key's meaning; ``docs/monitor.md`` the full table):
 
 - ``kafka.bootstrap.servers`` (required) and ``checkpoint`` (required: a path or URI every
   driver incarnation can reach, e.g. HDFS or S3 on a cluster);
+- ``cluster``: the name of the monitored cluster, the ``cluster`` label of every metric and
+  field of every evidence record;
 - ``topics.events``, ``topics.anomalies``, ``topics.facts``, ``topics.dead-letters``;
 - timing: ``trigger``, ``watermark.delay``, ``grace``, ``unseen.grace``, ``max.future.skew``;
 - input: ``starting.offsets``, ``max.events.per.trigger``;
@@ -43,6 +45,8 @@ class ConfigError(ValueError):
 KEYS: dict[str, tuple[Any, str]] = {
     "kafka.bootstrap.servers": (None, "bootstrap servers of the cluster holding the topics"),
     "checkpoint": (None, "checkpoint location (shared FS or object store on a cluster)"),
+    "cluster": ("local", "name of the monitored cluster: the cluster label of every metric "
+                         "and field of every evidence record"),
     "topics.events": ("kmon-events", "op events from the probes (input)"),
     "topics.anomalies": ("kmon-anomalies", "evidence records (output)"),
     "topics.facts": ("kmon-facts", "per-writer facts, stage 1 -> stage 2 (internal)"),
@@ -80,6 +84,7 @@ _UNITS = {"ms": 0.001, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "
           "min": 60, "mins": 60, "minute": 60, "minutes": 60, "h": 3600, "hour": 3600,
           "hours": 3600}
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # fullmatch
 
 
 def parse_duration(key: str, value: Any) -> float:
@@ -112,6 +117,7 @@ def _int(key: str, value: Any, lo: int, hi: int) -> int:
 class MonitorConfig:
     bootstrap_servers: str
     checkpoint: str
+    cluster: str
     events_topic: str
     anomalies_topic: str
     facts_topic: str
@@ -267,9 +273,14 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
         raise ConfigError(f"starting.offsets: earliest, latest or a JSON offsets map, got "
                           f"{starting!r}")
     cap = settings["max.events.per.trigger"]
+    cluster = "" if settings["cluster"] is None else str(settings["cluster"])
+    if not CLUSTER.fullmatch(cluster):
+        raise ConfigError(f"cluster: {cluster!r} is not a cluster name: 1 to 63 letters, digits,"
+                          " '.', '_' or '-', starting with a letter or digit")
     return MonitorConfig(
         bootstrap_servers=str(settings["kafka.bootstrap.servers"]).strip(),
         checkpoint=str(settings["checkpoint"]).strip(),
+        cluster=cluster,
         events_topic=str(settings["topics.events"]),
         anomalies_topic=str(settings["topics.anomalies"]),
         facts_topic=str(settings["topics.facts"]),

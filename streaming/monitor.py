@@ -59,6 +59,7 @@ def fold_settings(cfg: MonitorConfig) -> FoldSettings:
         unseen_grace_ns=None if cfg.unseen_grace_s is None else int(cfg.unseen_grace_s * 1e9),
         e2e_buckets_ns=tuple(int(b * 1e9) for b in E2E_BUCKETS),
         verdict_memory=cfg.verdict_memory,
+        cluster=cfg.cluster,
     )
 
 
@@ -124,7 +125,7 @@ def stage2(spark: Any, cfg: MonitorConfig, starting_offsets: str) -> Any:
     return records.groupBy("probe", "bucket").transformWithState(
         statefulProcessor=TxnFoldProcessor(int(cfg.grace_s * 1e9), cfg.verdict_memory,
                                            int(cfg.txn_retention_s * 1e9), cfg.txn_max_writers,
-                                           cfg.txn_buckets),
+                                           cfg.txn_buckets, cfg.cluster),
         outputStructType=OUTPUT_SCHEMA, outputMode="Update", timeMode="None")
 
 
@@ -146,7 +147,7 @@ class Monitor:
         self._stop = stop or threading.Event()  # set: give up waiting for the events topic
         self.partitions: list[int] = []  # the events partitions read, one source each
         self._partitions_checked = 0.0
-        self.metrics = metrics or MonitorMetrics()
+        self.metrics = metrics or MonitorMetrics(cluster=cfg.cluster)
         self.registry = registry_with(self.metrics)
         self._producer = producer
         self._made_producer: Any = None  # the outputs producer start() made: stop() closes it

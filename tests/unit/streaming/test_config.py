@@ -117,3 +117,26 @@ def test_env_and_file_references_are_resolved(tmp_path) -> None:
 def test_unresolvable_references_fail_naming_the_key(ref: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("$", r"\$")):
         load(overrides=[*REQUIRED, f"producer.sasl.password={ref}"], env={})
+
+
+def test_the_cluster_setting(tmp_path) -> None:
+    assert load(overrides=REQUIRED, env={}).cluster == "local"
+    assert load(overrides=[*REQUIRED, "cluster=prod-eu.1"], env={}).cluster == "prod-eu.1"
+    f = tmp_path / "m.yaml"
+    f.write_text("kafka.bootstrap.servers: x:1\ncheckpoint: /c\ncluster: staging_2\n")
+    assert load(f, env={}).cluster == "staging_2"
+
+
+@pytest.mark.parametrize("bad", ["", "-lead", "has space", "a/b", "x" * 64, "ok\n"])
+def test_a_bad_cluster_name_fails_naming_the_setting(bad: str) -> None:
+    with pytest.raises(ConfigError, match=r"^cluster: "):
+        load(overrides={"kafka.bootstrap.servers": "b:9092", "checkpoint": "/c",
+                        "cluster": bad}, env={})
+
+
+def test_kmon_monitor_refuses_a_bad_cluster_at_once(capsys) -> None:
+    from kmon.cli import main
+
+    assert main(["monitor", "-b", "b:9092", "--checkpoint", "/tmp/ck",
+                 "--set", "cluster=no good"]) == 2
+    assert capsys.readouterr().err.startswith("kmon: error: cluster: ")
