@@ -6,7 +6,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kmon.cli import UsageError
 
@@ -41,6 +43,26 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep offsets within N of those in question (default 5)")
     p.add_argument("--history", type=Path, metavar="FILE",
                    help="read ops from a history file (.json, .jsonl, .edn) instead of Kafka")
+    add_connection(p)
+    p.add_argument("--at", metavar="TIME",
+                   help="the record's emitted time (from `kmon evidence`; ISO-8601 or unix "
+                   "seconds): read the anomalies topic only around it (with --key: the events "
+                   "topic only within --margin of it)")
+    p.add_argument("--margin", default="5m", metavar="DURATION",
+                   help="read op events from the earliest time the record names minus this "
+                   "to the latest plus this (default 5m)")
+    p.add_argument("--isolation", choices=("read_committed", "read_uncommitted"),
+                   default=env("KMON_ISOLATION", "read_committed"),
+                   help="the consumers' isolation level, which decides what is allowed")
+    p.add_argument("--html", type=Path, metavar="FILE",
+                   help="also write a self-contained HTML page with the timeline")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=run)
+
+
+def add_connection(p: argparse.ArgumentParser) -> None:
+    """The flags that reach kmon's topics (shared with `kmon evidence`)."""
+    env = os.environ.get
     p.add_argument("--bootstrap",
                    default=env("KMON_EVENTS_BOOTSTRAP") or env("KMON_BOOTSTRAP"),
                    help="bootstrap servers of kmon's topics (env KMON_EVENTS_BOOTSTRAP)")
@@ -55,13 +77,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a librdkafka client setting (repeatable)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                    help="give up reading a topic after this long (default 120)")
-    p.add_argument("--isolation", choices=("read_committed", "read_uncommitted"),
-                   default=env("KMON_ISOLATION", "read_committed"),
-                   help="the consumers' isolation level, which decides what is allowed")
-    p.add_argument("--html", type=Path, metavar="FILE",
-                   help="also write a self-contained HTML page with the timeline")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.set_defaults(func=run)
+
+
+def connection_config(args: argparse.Namespace) -> dict[str, Any]:
+    """librdkafka settings from the connection flags (UsageError on a bad -X)."""
+    from kmon.investigate.sources import client_config
+
+    if not args.bootstrap:
+        raise UsageError("no bootstrap servers: pass --bootstrap or set KMON_EVENTS_BOOTSTRAP")
+    overrides = {}
+    for item in args.overrides:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise UsageError(f"-X {item!r} is not KEY=VALUE")
+        overrides[k] = v
+    return client_config(args.bootstrap, args.kafka_config, overrides)
 
 
 def _key(text: str) -> int | str:
@@ -69,58 +99,21 @@ def _key(text: str) -> int | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kmon.history import HistoryError
-    from kmon.investigate import Evidence, EvidenceError, investigate, page, parse_evidence, text
-    from kmon.investigate.sources import (
-        SourceError,
-        client_config,
-        find_evidence,
-        ops_from_events,
-        ops_from_history,
-    )
+    from kmon.investigate import investigate, page, text
+    from kmon.investigate.timewindow import WindowError, parse_duration, parse_time
 
-    if (args.id or args.evidence) and args.key is not None:
-        raise UsageError("give an anomaly id (or --evidence), or --key; not both")
-    if not (args.id or args.evidence or args.key is not None):
-        raise UsageError("give an anomaly id, --evidence FILE, or --key with --offset/--value")
-    if args.key is not None and not (args.offset or args.value):
-        raise UsageError("--key needs --offset and/or --value")
-    needs_kafka = args.history is None or (args.id and not args.evidence)
-    if needs_kafka and not args.bootstrap:
-        raise UsageError("no bootstrap servers: pass --bootstrap or set KMON_EVENTS_BOOTSTRAP "
-                         "(or read ops from --history and the evidence from --evidence)")
-    overrides = {}
-    for item in args.overrides:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise UsageError(f"-X {item!r} is not KEY=VALUE")
-        overrides[k] = v
-    conf = client_config(args.bootstrap, args.kafka_config, overrides) if args.bootstrap else {}
-
+    _check(args)
+    conf = connection_config(args) if args.bootstrap else {}
     try:
-        if args.evidence:
-            evidence = parse_evidence(json.loads(args.evidence.read_text()))
-        elif args.id:
-            evidence = parse_evidence(
-                find_evidence(conf, args.anomalies_topic, args.id, args.timeout))
-        else:
-            evidence = Evidence(None, _key(args.key), offsets=sorted(set(args.offset)),
-                                values=[_key(v) for v in args.value])
-        skipped: list[str] = []
-        if args.history:
-            pairs = ops_from_history(args.history)
-            source = f"history file {args.history}"
-        else:
-            pairs = ops_from_events(conf, args.events_topic, args.timeout, skipped)
-            source = f"topic {args.events_topic} on {args.bootstrap}"
-        inv = investigate(pairs, evidence, source=source, n=args.window,
-                          isolation=args.isolation, skipped=skipped)
-    except (EvidenceError, HistoryError, ValueError, OSError) as e:
+        at = parse_time(args.at, "--at") if args.at is not None else None
+        margin = parse_duration(args.margin, "--margin")
+    except WindowError as e:
         raise UsageError(str(e)) from e
-    except SourceError as e:
-        raise UsageError(str(e)) from e
+    evidence, emitted = _evidence(args, conf, at)
+    inv = _guarded(lambda: _investigate(args, conf, evidence, _ops_window(
+        evidence, emitted, at, margin), investigate))
     if not inv.key_ops:
-        print(f"kmon investigate: no ops of key {evidence.key} in {source}", file=sys.stderr)
+        print(f"kmon investigate: no ops of key {evidence.key} in {inv.source}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(text.to_json(inv), indent=1))
@@ -131,3 +124,74 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"HTML timeline: {args.html}")
     return 0 if inv.verdict.confirmed else 1
+
+
+def _check(args: argparse.Namespace) -> None:
+    if (args.id or args.evidence) and args.key is not None:
+        raise UsageError("give an anomaly id (or --evidence), or --key; not both")
+    if not (args.id or args.evidence or args.key is not None):
+        raise UsageError("give an anomaly id, --evidence FILE, or --key with --offset/--value")
+    if args.key is not None and not (args.offset or args.value):
+        raise UsageError("--key needs --offset and/or --value")
+    needs_kafka = args.history is None or (args.id and not args.evidence)
+    if needs_kafka and not args.bootstrap:
+        raise UsageError("no bootstrap servers: pass --bootstrap or set KMON_EVENTS_BOOTSTRAP "
+                         "(or read ops from --history and the evidence from --evidence)")
+
+
+def _guarded(work: Callable[[], Any]) -> Any:
+    """``work()``, its input and source errors as UsageError (exit 2)."""
+    from kmon.history import HistoryError
+    from kmon.investigate import EvidenceError
+    from kmon.investigate.sources import SourceError
+
+    try:
+        return work()
+    except (EvidenceError, HistoryError, ValueError, OSError, SourceError) as e:
+        raise UsageError(str(e)) from e
+
+
+def _evidence(args: argparse.Namespace, conf: dict[str, Any],
+              at: float | None) -> tuple[Any, float | None]:
+    """The evidence (from --evidence, the topic, or --key) and when it was emitted, if known."""
+    from kmon.investigate import Evidence, parse_evidence
+    from kmon.investigate.sources import locate_evidence
+
+    if args.evidence:
+        ev = _guarded(lambda: parse_evidence(json.loads(args.evidence.read_text())))
+        detected = ev.record.get("detected_at")
+        return ev, (detected / 1e9 if isinstance(detected, int) else at)
+    if args.id:
+        found = _guarded(lambda: locate_evidence(conf, args.anomalies_topic, args.id,
+                                                 args.timeout, at=at))
+        return _guarded(lambda: parse_evidence(found.record)), found.timestamp_ms / 1000
+    return Evidence(None, _key(args.key), offsets=sorted(set(args.offset)),
+                    values=[_key(v) for v in args.value]), at
+
+
+def _ops_window(evidence: Any, emitted: float | None, at: float | None,
+                margin: float) -> Any:
+    """The span of event time to read op events over: around the times the record names,
+    else around its emitted time (or --at); None (the whole topic) when no time is known."""
+    from kmon.investigate.evidence import wall_times
+    from kmon.investigate.timewindow import around_times
+
+    times = wall_times(evidence) or [t for t in (emitted, at) if t is not None][:1]
+    return around_times(times, margin)
+
+
+def _investigate(args: argparse.Namespace, conf: dict[str, Any], evidence: Any, window: Any,
+                 investigate: Callable[..., Any]) -> Any:
+    from kmon.investigate.sources import ops_from_events, ops_from_history
+
+    skipped: list[str] = []
+    if args.history:
+        pairs = ops_from_history(args.history)
+        source = f"history file {args.history}"
+    else:
+        pairs = ops_from_events(conf, args.events_topic, args.timeout, skipped, window)
+        source = f"topic {args.events_topic} on {args.bootstrap}"
+        if window is not None:
+            source += f", op events of {window.describe()}"
+    return investigate(pairs, evidence, source=source, n=args.window,
+                       isolation=args.isolation, skipped=skipped)

@@ -94,3 +94,14 @@ def parse_evidence(record: Mapping[str, Any]) -> Evidence:
         ops=list(dict.fromkeys(ops)),
         record=dict(record),
     )
+
+
+WALL_CLOCK_NS = 10**17  # op times from a probe are wall-clock ns (1973 onward); synthetic are not
+
+
+def wall_times(ev: Evidence) -> list[float]:
+    """Unix seconds of the wall-clock times the record names: its ops' times, the time it was
+    decided (``decided_time``) and, for an unseen verdict, the write's ``ack-time``."""
+    flat = ev.record.get("record") if isinstance(ev.record.get("record"), Mapping) else {}
+    raw = [o.time for o in ev.ops] + [ev.record.get("decided_time"), flat.get("ack-time")]
+    return [t / 1e9 for t in raw if isinstance(t, int) and t >= WALL_CLOCK_NS]
