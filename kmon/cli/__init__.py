@@ -21,6 +21,7 @@ SUBCOMMANDS = [
     "nemesis",
     "dashboards",
     "investigate",
+    "evidence",
 ]
 
 
