@@ -162,6 +162,21 @@ def query_variable(name: str, label: str, query: str) -> dict[str, Any]:
     }
 
 
+def annotation(name: str, expr: str) -> dict[str, Any]:
+    """A Prometheus annotation query: a mark at every step where ``expr`` returns a series."""
+    return {
+        "name": name.replace("_", " ").capitalize(),
+        "datasource": DATASOURCE,
+        "enable": True,
+        "iconColor": "orange",
+        "expr": expr,
+        "step": "60s",
+        "titleFormat": name.replace("_", " "),
+        "textFormat": "{{cluster}} {{instance}}",
+        "useValueForTime": False,
+    }
+
+
 def dashboard(
     uid: str,
     title: str,
@@ -169,6 +184,7 @@ def dashboard(
     items: list[Item],
     queries: dict[str, str],
     variables: list[dict[str, Any]],
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     return {
         "uid": uid,
@@ -183,7 +199,8 @@ def dashboard(
         "refresh": "30s",
         "time": {"from": "now-1h", "to": "now"},
         "templating": {"list": [datasource_variable(), *variables]},
-        "annotations": {"list": []},
+        "annotations": {"list": [annotation(name, expr)
+                                 for name, expr in (annotations or {}).items()]},
         "links": [{"title": "kmon dashboards", "type": "dashboards", "tags": ["kmon"],
                    "asDropdown": True, "includeVars": True, "keepTime": True}],
         "panels": _layout(items, queries),
@@ -191,5 +208,7 @@ def dashboard(
 
 
 def expressions(dash: dict[str, Any]) -> list[tuple[str, str]]:
-    """(panel title, PromQL) of every target of a generated dashboard."""
-    return [(p["title"], t["expr"]) for p in dash["panels"] for t in p.get("targets", [])]
+    """(panel or annotation title, PromQL) of every query of a generated dashboard."""
+    panels = [(p["title"], t["expr"]) for p in dash["panels"] for t in p.get("targets", [])]
+    marks = [(a["name"], a["expr"]) for a in dash["annotations"]["list"]]
+    return panels + marks

@@ -2,22 +2,38 @@
 
 Every alert is an ``Alert`` below. ``prometheus_rules`` renders them as a Prometheus rule file
 (also the PrometheusRule of the Helm chart); ``grafana_rules`` renders the very same alerts as
-Grafana-managed alert rules (file provisioning format, and ``grafana_api_rules`` for the HTTP
+Grafana-managed alert rules (file provisioning format, and ``grafana_api_groups`` for the HTTP
 API). Each Grafana rule runs the Prometheus alert's PromQL unchanged as query ``A`` and fires for
 every series it returns (condition ``B``: ``is_number($A)``), so the two never drift.
 
+Selectors, label conventions and thresholds live in one place, ``RuleConfig`` (the
+kubernetes-mixin ``_config`` idea): rules, Grafana rules and dashboards all read it.
+
+Label conventions (why the expressions look the way they do):
+- Every kmon metric carries ``cluster`` (the watched Kafka cluster, a kmon setting) and every
+  alert keeps it in its ``by (...)``: two releases watching two clusters never mix.
+- Per-process labels (``instance``, ``pod``, ``job``'s replicas) are aggregated away on both
+  sides before any comparison over time. A restarted monitor restores its counters from the
+  checkpoint under a new ``instance``/``pod``; compared per series, that looks like a new
+  verdict. Compared after ``max by (cluster, anomaly, topic, partition, broker)``, it does not.
+- Anomaly alerts use ``kmon_anomaly_last_timestamp_seconds`` (when the latest verdict of a
+  series was counted, restored with the counters), not the counter's increase: a restart after
+  any downtime exports the old time again and pages nothing, while a genuinely new verdict moves
+  the time forward and pages once.
+
 Alerts:
-- one ``KmonAnomaly-<anomaly>`` per anomaly type that makes a history invalid at the configured
-  consumer isolation level (``kmon.checker.policy``); allowed anomalies are on the dashboards but
-  do not page. The suffix is the checker's name, which is also the ``anomaly`` label value and the
-  runbook anchor.
-- health alerts on the monitor and the probes (``HEALTH_ALERTS``), each with its own anchor.
+- one ``KmonAnomaly-<anomaly>`` per anomaly type that the monitor decides online and that makes
+  a history invalid at the configured consumer isolation level (``kmon.checker.policy``).
+  Allowed anomalies are on the dashboards but do not page; offline-only ones (G0, G1c: decided
+  by ``kmon check``) have no alert at all, since no metric can ever carry them.
+- health alerts on the monitor and the probes (``health_alerts``), each with its runbook anchor;
+  the blind-monitor and blind-probe alerts among them read metrics exported from process start.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kmon.checker.anomaly import (
@@ -40,8 +56,7 @@ from kmon.checker.anomaly import (
 )
 from kmon.checker.policy import ISOLATION_LEVELS, allowed_anomalies
 
-# Scrape job names the alerts select on. The Helm chart's ServiceMonitors set these job labels
-# and the local stack scrapes under the same names.
+# Scrape job names of the local stack and of the Helm chart's ServiceMonitors.
 MONITOR_JOB = "kmon-monitor"
 PROBE_JOB = "kmon-probe"
 
@@ -49,10 +64,65 @@ PROBE_JOB = "kmon-probe"
 # them at a copy of docs/runbook.md elsewhere (prometheusRule.runbookBaseUrl).
 RUNBOOK_URL = "https://github.com/kmon-dev/kmon/blob/main/docs/runbook.md"
 
-# How long an anomaly alert keeps firing after the verdict: the window of increase().
-ANOMALY_WINDOW = "15m"
-
 ANOMALY_ALERT_PREFIX = "KmonAnomaly-"
+
+# Decided by `kmon check` over a whole history only: no metric carries them, so no alert.
+OFFLINE_ONLY = frozenset({G0, G1C})
+
+# The selector every generated file carries for the watched cluster. It matches any cluster;
+# the Helm chart replaces it, text for text, with `cluster="<its cluster>"` so that each
+# release's rules see only its own cluster's series.
+ANY_CLUSTER = 'cluster!=""'
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """Selectors, label conventions and thresholds shared by rules and dashboards."""
+
+    cluster_selector: str = ANY_CLUSTER
+    monitor_selector: str = f'job="{MONITOR_JOB}"'
+    probe_selector: str = f'job="{PROBE_JOB}"'
+    # How long an anomaly alert keeps firing after its latest verdict.
+    anomaly_window: str = "15m"
+    # Monitor or probe target down or missing.
+    down_for: str = "5m"
+    # Monitor up but no micro-batch finished for this long while probes emit.
+    monitor_stalled_after_s: int = 300
+    # Window over which "probes emit but the monitor's input is flat" is judged.
+    input_window: str = "10m"
+    blind_for: str = "5m"
+    # A probe whose sends/txns succeed less than this share of the time is failing.
+    probe_ok_share: float = 0.5
+    # A probe with no successful send (or poll) for this long is blind.
+    probe_blind_after_s: int = 300
+
+    def sel(self, *matchers: str) -> str:
+        """A label selector: the cluster's matcher and ``matchers``."""
+        return "{" + ", ".join([self.cluster_selector, *matchers]) + "}"
+
+    def monitor(self, *matchers: str) -> str:
+        return self.sel(self.monitor_selector, *matchers)
+
+    def probe(self, *matchers: str) -> str:
+        return self.sel(self.probe_selector, *matchers)
+
+    def scaled(self, factor: float) -> RuleConfig:
+        """The same rules with every duration multiplied by ``factor`` (live tests)."""
+        def d(text: str) -> str:
+            return f"{max(1, round(_seconds(text) * factor))}s"
+        return replace(
+            self, anomaly_window=d(self.anomaly_window), down_for=d(self.down_for),
+            monitor_stalled_after_s=max(1, round(self.monitor_stalled_after_s * factor)),
+            input_window=d(self.input_window), blind_for=d(self.blind_for),
+            probe_blind_after_s=max(1, round(self.probe_blind_after_s * factor)),
+        )
+
+
+DEFAULT_CONFIG = RuleConfig()
+
+# Labels an anomaly alert keeps: where it happened, nothing about which process saw it.
+ANOMALY_BY = "cluster, anomaly, topic, partition, broker"
+KEY_BY = "cluster, topic, partition, broker"
 
 # One line per anomaly type for the alert's summary: what the monitor saw.
 ANOMALY_SUMMARIES: dict[str, str] = {
@@ -105,17 +175,32 @@ class Recording:
     expr: str
 
 
-def anomaly_alert(anomaly: str) -> Alert:
-    """The paging alert for one anomaly type."""
-    sel = f'kmon_anomalies_total{{anomaly="{anomaly}"}}'
-    by = "sum by (anomaly, topic, partition)"
-    expr = (
-        # A verdict counted within the window...
-        f"{by} (increase({sel}[{ANOMALY_WINDOW}])) > 0\n"
-        # ...or the first verdict of a partition, whose series is born at 1 and which increase()
-        # cannot see (it needs two samples).
-        f"or\n{by} ({sel} unless {sel} offset {ANOMALY_WINDOW}) > 0"
+WHERE = "{{ $labels.topic }}/{{ $labels.partition }}"
+CLUSTER = "{{ $labels.cluster }}"
+BROKER = "{{ $labels.broker }}"
+
+
+def evidence_command(anomaly: str) -> str:
+    """The `kmon evidence` call listing an anomaly alert's records, labels filled in."""
+    return (
+        f"kmon evidence --cluster {CLUSTER} --anomaly {anomaly} --topic {{{{ $labels.topic }}}} "
+        f'--partition {{{{ $labels.partition }}}} --at {{{{ printf "%.0f" $value }}}}'
     )
+
+
+def anomaly_alert(anomaly: str, cfg: RuleConfig = DEFAULT_CONFIG) -> Alert:
+    """The paging alert for one anomaly type.
+
+    Its value is the time of the series' latest verdict. It fires while that time is newer than
+    the same series' time one window ago (no clock involved), or, for a series born within the
+    window, while the verdict is less than a window old by Prometheus' clock.
+    """
+    matcher = f"anomaly={_q(anomaly)}"
+    last = f"max by ({ANOMALY_BY}) (kmon_anomaly_last_timestamp_seconds{cfg.monitor(matcher)}"
+    now = f"{last})"
+    before = f"{last} offset {cfg.anomaly_window})"
+    window_s = _seconds(cfg.anomaly_window)
+    expr = f"{now}\n  > {before}\nor\n({now}\n  unless {before}) > time() - {window_s}"
     return Alert(
         name=ANOMALY_ALERT_PREFIX + anomaly,
         group="kmon-anomalies",
@@ -123,210 +208,329 @@ def anomaly_alert(anomaly: str) -> Alert:
         # A verdict is final (the monitor already waited its grace period): page at once.
         for_="0m",
         severity="critical",
-        summary=f"kmon: {anomaly} on {{{{ $labels.topic }}}}/{{{{ $labels.partition }}}}",
+        summary=f"kmon: {anomaly} on {WHERE} (cluster {CLUSTER}, broker {BROKER})",
         description=(
-            f'The kmon monitor found {{{{ printf "%.0f" $value }}}} new {anomaly} anomalies '
-            f"in partition {{{{ $labels.partition }}}} of topic {{{{ $labels.topic }}}} in "
-            f"the last {ANOMALY_WINDOW}: {ANOMALY_SUMMARIES[anomaly]}. This is not allowed by "
-            "Kafka's model. Find the evidence record on the anomalies topic and run "
-            "`kmon investigate <id>`."
+            f"The kmon monitor watching cluster {CLUSTER} counted a new {anomaly} verdict in "
+            f"partition {{{{ $labels.partition }}}} of topic {{{{ $labels.topic }}}}, led by "
+            f"broker {BROKER} at the time, last at {{{{ $value | humanizeTimestamp }}}}: "
+            f"{ANOMALY_SUMMARIES[anomaly]}. This is not allowed by Kafka's model. Evidence: "
+            f"`{evidence_command(anomaly)}`, then `kmon investigate <id>`."
         ),
         anchor=anomaly,
     )
 
 
-M, P = MONITOR_JOB, PROBE_JOB
+def _q(value: str) -> str:
+    return f'"{value}"'
 
-HEALTH_ALERTS: tuple[Alert, ...] = (
-    Alert(
-        name="KmonMonitorDown",
-        group="kmon-monitor",
-        expr=f'up{{job="{M}"}} == 0\nor absent(up{{job="{M}"}})',
-        for_="5m",
-        severity="critical",
-        summary="kmon monitor is down or not scraped",
-        description=(
-            f"The monitor {{{{ $labels.instance }}}} (job {M}) has been down or missing for 5 "
-            "minutes: anomalies are not being detected."
-        ),
-        anchor="KmonMonitorDown",
-    ),
-    Alert(
-        name="KmonMonitorStale",
-        group="kmon-monitor",
-        # Stale only matters while probes emit events: an idle stream runs no micro-batches.
-        expr=(
-            "time() - kmon_monitor_last_batch_timestamp_seconds > 180\n"
-            "and on() sum(rate(kmon_probe_events_emitted_total[5m])) > 0"
-        ),
-        for_="5m",
-        severity="critical",
-        summary="kmon monitor has run no micro-batch for {{ $value | humanizeDuration }}",
-        description=(
-            "The monitor {{ $labels.instance }} finished its last micro-batch "
-            "{{ $value | humanizeDuration }} ago while probes keep emitting op events: the "
-            "stream is stuck and anomalies are not being detected."
-        ),
-        anchor="KmonMonitorStale",
-    ),
-    Alert(
-        name="KmonMonitorFallingBehind",
-        group="kmon-monitor",
-        expr="kmon_monitor_watermark_delay_seconds > 600",
-        for_="15m",
-        severity="warning",
-        summary="kmon monitor's watermark is {{ $value | humanizeDuration }} behind",
-        description=(
-            "The event-time watermark of {{ $labels.instance }} is "
-            "{{ $value | humanizeDuration }} behind the wall clock: verdicts (lost writes, "
-            "unseen values) are delayed by as much."
-        ),
-        anchor="KmonMonitorFallingBehind",
-    ),
-    Alert(
-        name="KmonDeadLettersRising",
-        group="kmon-monitor",
-        expr="sum by (job, instance, reason) (rate(kmon_dead_letters_total[5m])) > 0",
-        for_="10m",
-        severity="warning",
-        summary="kmon monitor is dead-lettering op events ({{ $labels.reason }})",
-        description=(
-            '{{ $labels.instance }} has sent {{ printf "%.2f" $value }} malformed op events '
-            "per second to the dead-letter topic for 10 minutes (reason {{ $labels.reason }}). "
-            "The ops they carried are missing from the checked history."
-        ),
-        anchor="KmonDeadLettersRising",
-    ),
-    Alert(
-        name="KmonProbeDown",
-        group="kmon-probe",
-        expr=(
-            f'up{{job="{P}"}} == 0\n'
-            f'or kmon_probe_up{{job="{P}"}} == 0\n'
-            f'or absent(up{{job="{P}"}})'
-        ),
-        for_="5m",
-        severity="critical",
-        summary="kmon probe {{ $labels.instance }} is down",
-        description=(
-            "The probe {{ $labels.instance }} has not been running its workload for 5 minutes "
-            "(target down, workload loop stopped, or no probe target at all): the cluster is "
-            "not being probed."
-        ),
-        anchor="KmonProbeDown",
-    ),
-    Alert(
-        name="KmonProbeDroppingEvents",
-        group="kmon-probe",
-        expr="rate(kmon_probe_events_dropped_total[5m]) > 0",
-        for_="5m",
-        severity="warning",
-        summary="kmon probe {{ $labels.instance }} is dropping op events",
-        description=(
-            'The probe {{ $labels.instance }} drops {{ printf "%.2f" $value }} op events per '
-            "second because its buffer to the events topic is full. The monitor checks an "
-            "incomplete history: expect spurious unseen values and missed anomalies."
-        ),
-        anchor="KmonProbeDroppingEvents",
-    ),
-    Alert(
-        name="KmonUnseenValuesGrowing",
-        group="kmon-observability",
-        expr="max by (topic, partition) (delta(kmon_unseen_values[10m])) > 0",
-        for_="15m",
-        severity="warning",
-        summary="Unseen values keep growing on {{ $labels.topic }}/{{ $labels.partition }}",
-        description=(
-            "Acknowledged values that no poll has returned grew by "
-            '{{ printf "%.0f" $value }} in the last 10 minutes on '
-            "{{ $labels.topic }}/{{ $labels.partition }}, and have kept growing for 15 minutes: "
-            "consumers are stuck or writes are being lost."
-        ),
-        anchor="KmonUnseenValuesGrowing",
-    ),
-    Alert(
-        name="KmonUnseenVerdicts",
-        group="kmon-observability",
-        expr=(
-            "sum by (topic, partition) (increase(kmon_unseen_verdicts_total[15m])) > 0"
-        ),
-        for_="5m",
-        severity="warning",
-        summary="Acknowledged values unseen past the grace period on "
-        "{{ $labels.topic }}/{{ $labels.partition }}",
-        description=(
-            '{{ printf "%.0f" $value }} acknowledged values of '
-            "{{ $labels.topic }}/{{ $labels.partition }} were not returned by any poll within "
-            "the unseen grace period in the last 15 minutes."
-        ),
-        anchor="KmonUnseenVerdicts",
-    ),
-    Alert(
-        name="KmonRealtimeLagHigh",
-        group="kmon-observability",
-        expr="max by (topic, partition) (kmon_realtime_lag_seconds) > 60",
-        for_="10m",
-        severity="warning",
-        summary="Consumers of {{ $labels.topic }}/{{ $labels.partition }} are "
-        "{{ $value | humanizeDuration }} behind",
-        description=(
-            "The worst realtime lag of a probe consumer on {{ $labels.topic }}/"
-            "{{ $labels.partition }} has been above 1 minute for 10 minutes (now "
-            "{{ $value | humanizeDuration }}): polls return data long after it was written."
-        ),
-        anchor="KmonRealtimeLagHigh",
-    ),
-)
 
-RECORDING_RULES: tuple[Recording, ...] = (
-    Recording(
-        "anomaly_topic:kmon_anomalies:increase1h",
-        "sum by (anomaly, topic) (increase(kmon_anomalies_total[1h]))",
-    ),
-    Recording("f_type:kmon_probe_ops:rate5m", "sum by (f, type) (rate(kmon_probe_ops_total[5m]))"),
-    Recording(
-        "f:kmon_probe_op_duration_seconds:p50_5m",
-        "histogram_quantile(0.5, sum by (f, le) (rate(kmon_probe_op_duration_seconds_bucket[5m])))",
-    ),
-    Recording(
-        "f:kmon_probe_op_duration_seconds:p99_5m",
-        "histogram_quantile(0.99, sum by (f, le) "
-        "(rate(kmon_probe_op_duration_seconds_bucket[5m])))",
-    ),
-    Recording(
-        "topic:kmon_end_to_end_delay_seconds:p99_5m",
-        "histogram_quantile(0.99, sum by (topic, le) "
-        "(rate(kmon_end_to_end_delay_seconds_bucket[5m])))",
-    ),
-    Recording(
-        "anomaly:kmon_detection_latency_seconds:p99_5m",
-        "histogram_quantile(0.99, sum by (anomaly, le) "
-        "(rate(kmon_detection_latency_seconds_bucket[5m])))",
-    ),
-    Recording(
-        "job:kmon_monitor_batch_duration_seconds:p99_5m",
-        "histogram_quantile(0.99, sum by (job, le) "
-        "(rate(kmon_monitor_batch_duration_seconds_bucket[5m])))",
-    ),
+def health_alerts(cfg: RuleConfig = DEFAULT_CONFIG) -> tuple[Alert, ...]:
+    """The monitor's and the probes' own health, blind spots included."""
+    return _monitor_alerts(cfg) + _probe_alerts(cfg) + _observability_alerts(cfg)
+
+
+def _probes_emitting(cfg: RuleConfig) -> str:
+    return (f"sum by (cluster) (rate(kmon_probe_events_emitted_total{cfg.probe()}"
+            f"[{cfg.input_window}])) > 0")
+
+
+def _monitor_alerts(cfg: RuleConfig) -> tuple[Alert, ...]:
+    up = f"up{cfg.monitor()}"
+    since_batch = (f"time() - max by (cluster) "
+                   f"(kmon_monitor_last_batch_timestamp_seconds{cfg.monitor()})")
+    stalled = cfg.monitor_stalled_after_s
+    return (
+        Alert(
+            name="KmonMonitorDown",
+            group="kmon-monitor",
+            expr=f"max by (cluster, job) ({up}) == 0\nor absent({up})",
+            for_=cfg.down_for,
+            severity="critical",
+            summary=f"kmon monitor of cluster {CLUSTER} is down or not scraped",
+            description=(
+                f"No monitor target of cluster {CLUSTER} (job {{{{ $labels.job }}}}) has been "
+                f"up for {cfg.down_for}: anomalies are not being detected."
+            ),
+            anchor="KmonMonitorDown",
+        ),
+        Alert(
+            name="KmonMonitorStalled",
+            group="kmon-monitor",
+            # The timestamp is exported from process start, so a monitor that never finishes
+            # its first batch ages too. Only while probes emit: an idle stream runs no batches.
+            expr=(f"{since_batch} > {stalled}\n"
+                  f"and on (cluster) {_probes_emitting(cfg)}"),
+            for_=cfg.blind_for,
+            severity="critical",
+            summary=(f"kmon monitor of cluster {CLUSTER} has finished no micro-batch for "
+                     "{{ $value | humanizeDuration }}"),
+            description=(
+                f"The monitor of cluster {CLUSTER} is up but finished its last micro-batch (or "
+                "started) {{ $value | humanizeDuration }} ago while probes keep emitting op "
+                "events: the stream is stuck and anomalies are not being detected."
+            ),
+            anchor="KmonMonitorStalled",
+        ),
+        Alert(
+            name="KmonMonitorInputFlat",
+            group="kmon-monitor",
+            # Batches finish (timers, no-data batches) but read nothing the probes emit: a
+            # wrong events topic, lost access to it, or a reader stuck on one partition.
+            expr=(f"sum by (cluster) (rate(kmon_monitor_events_total{cfg.monitor()}"
+                  f"[{cfg.input_window}])) == 0\n"
+                  f"and on (cluster) {_probes_emitting(cfg)}\n"
+                  f"and on (cluster) {since_batch} <= {stalled}"),
+            for_=cfg.blind_for,
+            severity="critical",
+            summary=f"kmon monitor of cluster {CLUSTER} reads no op events while probes emit",
+            description=(
+                f"Probes of cluster {CLUSTER} have emitted op events for {cfg.input_window} "
+                "but the monitor processed none, although its micro-batches run: it is blind."
+            ),
+            anchor="KmonMonitorInputFlat",
+        ),
+        Alert(
+            name="KmonMonitorFallingBehind",
+            group="kmon-monitor",
+            expr=(f"max by (cluster) (kmon_monitor_watermark_delay_seconds{cfg.monitor()})"
+                  " > 600"),
+            for_="15m",
+            severity="warning",
+            summary=(f"kmon monitor of cluster {CLUSTER} is "
+                     "{{ $value | humanizeDuration }} behind"),
+            description=(
+                f"The monitor's event-time watermark for cluster {CLUSTER} is "
+                "{{ $value | humanizeDuration }} behind the wall clock: verdicts (lost writes, "
+                "unseen values) are delayed by as much."
+            ),
+            anchor="KmonMonitorFallingBehind",
+        ),
+        Alert(
+            name="KmonDeadLettersRising",
+            group="kmon-monitor",
+            expr=(f"sum by (cluster, reason) (rate(kmon_dead_letters_total{cfg.monitor()}[5m]))"
+                  " > 0"),
+            for_="10m",
+            severity="warning",
+            summary=(f"kmon monitor of cluster {CLUSTER} is dead-lettering op events "
+                     "({{ $labels.reason }})"),
+            description=(
+                f"The monitor of cluster {CLUSTER} has sent "
+                '{{ printf "%.2f" $value }} malformed op events per second to the dead-letter '
+                "topic for 10 minutes (reason {{ $labels.reason }}). The ops they carried are "
+                "missing from the checked history."
+            ),
+            anchor="KmonDeadLettersRising",
+        ),
+    )
+
+
+PROBE_BY = "cluster, job, instance"
+PROBE_WHO = "{{ $labels.instance }}"
+
+
+def _probe_alerts(cfg: RuleConfig) -> tuple[Alert, ...]:
+    up = f"up{cfg.probe()}"
+    ops = "kmon_probe_ops_total"
+    writes, ok, sends_polls = 'f=~"send|txn"', 'type="ok"', 'f=~"send|poll"'
+    share = (f"sum by ({PROBE_BY}) (rate({ops}{cfg.probe(writes, ok)}[5m]))\n"
+             f"  / sum by ({PROBE_BY}) (rate({ops}{cfg.probe(writes)}[5m]))")
+    last_ok = (f"time() - max by ({PROBE_BY}, f) "
+               f"(kmon_probe_last_success_timestamp_seconds{cfg.probe(sends_polls)})")
+    return (
+        Alert(
+            name="KmonProbeDown",
+            group="kmon-probe",
+            expr=(f"{up} == 0\nor kmon_probe_up{cfg.probe()} == 0\nor absent({up})"),
+            for_=cfg.down_for,
+            severity="critical",
+            summary=f"kmon probe {PROBE_WHO} of cluster {CLUSTER} is down",
+            description=(
+                f"The probe {PROBE_WHO} of cluster {CLUSTER} has not been running its workload "
+                f"for {cfg.down_for} (target down, workload loop stopped, or no probe target at "
+                "all): the cluster is not being probed."
+            ),
+            anchor="KmonProbeDown",
+        ),
+        Alert(
+            name="KmonProbeBlind",
+            group="kmon-probe",
+            # Exported from start: a probe that never succeeds ages from its start time.
+            expr=f"{last_ok} > {cfg.probe_blind_after_s}",
+            for_="0m",
+            severity="critical",
+            summary=(f"kmon probe {PROBE_WHO} of cluster {CLUSTER} has had no successful "
+                     "{{ $labels.f }} for {{ $value | humanizeDuration }}"),
+            description=(
+                f"The probe {PROBE_WHO} of cluster {CLUSTER} is running, but its last "
+                "successful {{ $labels.f }} was {{ $value | humanizeDuration }} ago: the "
+                "cluster is unreachable, refuses the probe (ACLs, credentials) or has no "
+                "leaders. Nothing is being checked."
+            ),
+            anchor="KmonProbeBlind",
+        ),
+        Alert(
+            name="KmonProbeFailing",
+            group="kmon-probe",
+            expr=f"{share}\n  < {cfg.probe_ok_share}",
+            for_=cfg.blind_for,
+            severity="warning",
+            summary=(f"kmon probe {PROBE_WHO} of cluster {CLUSTER}: "
+                     '{{ $value | humanizePercentage }} of writes succeed'),
+            description=(
+                f"Only {{{{ $value | humanizePercentage }}}} of the sends and transactions of "
+                f"probe {PROBE_WHO} (cluster {CLUSTER}) succeeded over 5 minutes, below "
+                f"{cfg.probe_ok_share:.0%}: most of the workload fails or times out, so little "
+                "is being checked."
+            ),
+            anchor="KmonProbeFailing",
+        ),
+        Alert(
+            name="KmonProbeNoLiveKeys",
+            group="kmon-probe",
+            expr=f"max by ({PROBE_BY}) (kmon_probe_keys_live{cfg.probe()}) == 0",
+            for_=cfg.blind_for,
+            severity="critical",
+            summary=f"kmon probe {PROBE_WHO} of cluster {CLUSTER} writes and reads no key",
+            description=(
+                f"The probe {PROBE_WHO} of cluster {CLUSTER} has had no live key "
+                f"(topic-partition) for {cfg.blind_for}: its topics are missing or have no "
+                "leader, so no partition is probed."
+            ),
+            anchor="KmonProbeNoLiveKeys",
+        ),
+        Alert(
+            name="KmonProbeDroppingEvents",
+            group="kmon-probe",
+            expr=(f"sum by ({PROBE_BY}) "
+                  f"(rate(kmon_probe_events_dropped_total{cfg.probe()}[5m])) > 0"),
+            for_="5m",
+            severity="warning",
+            summary=f"kmon probe {PROBE_WHO} of cluster {CLUSTER} is dropping op events",
+            description=(
+                f"The probe {PROBE_WHO} of cluster {CLUSTER} drops "
+                '{{ printf "%.2f" $value }} op events per second because its buffer to the '
+                "events topic is full. The monitor checks an incomplete history: expect "
+                "spurious unseen values and missed anomalies."
+            ),
+            anchor="KmonProbeDroppingEvents",
+        ),
+    )
+
+
+def _observability_alerts(cfg: RuleConfig) -> tuple[Alert, ...]:
+    where = f"{WHERE} (cluster {CLUSTER}, broker {BROKER})"
+    return (
+        Alert(
+            name="KmonUnseenValuesGrowing",
+            group="kmon-observability",
+            expr=f"max by ({KEY_BY}) (delta(kmon_unseen_values{cfg.monitor()}[10m])) > 0",
+            for_="15m",
+            severity="warning",
+            summary=f"Unseen values keep growing on {where}",
+            description=(
+                "Acknowledged values that no poll has returned grew by "
+                f'{{{{ printf "%.0f" $value }}}} in the last 10 minutes on {where}, and have '
+                "kept growing for 15 minutes: consumers are stuck or writes are being lost."
+            ),
+            anchor="KmonUnseenValuesGrowing",
+        ),
+        Alert(
+            name="KmonUnseenVerdicts",
+            group="kmon-observability",
+            expr=(f"sum by ({KEY_BY}) "
+                  f"(increase(kmon_unseen_verdicts_total{cfg.monitor()}[15m])) > 0"),
+            for_="5m",
+            severity="warning",
+            summary=f"Acknowledged values unseen past the grace period on {where}",
+            description=(
+                f'{{{{ printf "%.0f" $value }}}} acknowledged values of {where} were not '
+                "returned by any poll within the unseen grace period in the last 15 minutes. "
+                f"Evidence: `kmon evidence --cluster {CLUSTER} --anomaly unseen --topic "
+                "{{ $labels.topic }} --partition {{ $labels.partition }} --since 1h`."
+            ),
+            anchor="KmonUnseenVerdicts",
+        ),
+        Alert(
+            name="KmonRealtimeLagHigh",
+            group="kmon-observability",
+            expr=f"max by ({KEY_BY}) (kmon_realtime_lag_seconds{cfg.monitor()}) > 60",
+            for_="10m",
+            severity="warning",
+            summary=f"Consumers of {where} are {{{{ $value | humanizeDuration }}}} behind",
+            description=(
+                f"The worst realtime lag of a probe consumer on {where} has been above 1 "
+                "minute for 10 minutes (now {{ $value | humanizeDuration }}): polls return "
+                "data long after it was written."
+            ),
+            anchor="KmonRealtimeLagHigh",
+        ),
+    )
+
+
+def recording_rules(cfg: RuleConfig = DEFAULT_CONFIG) -> tuple[Recording, ...]:
+    """Dashboard helpers, each keeping ``cluster``."""
+    m, p = cfg.monitor(), cfg.probe()
+
+    def quantile(q: str, by: str, metric: str, sel: str) -> str:
+        return f"histogram_quantile({q}, sum by ({by}, le) (rate({metric}_bucket{sel}[5m])))"
+
+    return (
+        Recording("cluster_anomaly_topic:kmon_anomalies:increase1h",
+                  f"sum by (cluster, anomaly, topic) (increase(kmon_anomalies_total{m}[1h]))"),
+        Recording("cluster_f_type:kmon_probe_ops:rate5m",
+                  f"sum by (cluster, f, type) (rate(kmon_probe_ops_total{p}[5m]))"),
+        Recording("cluster_f:kmon_probe_op_duration_seconds:p50_5m",
+                  quantile("0.5", "cluster, f", "kmon_probe_op_duration_seconds", p)),
+        Recording("cluster_f:kmon_probe_op_duration_seconds:p99_5m",
+                  quantile("0.99", "cluster, f", "kmon_probe_op_duration_seconds", p)),
+        Recording("cluster_topic:kmon_end_to_end_delay_seconds:p99_5m",
+                  quantile("0.99", "cluster, topic", "kmon_end_to_end_delay_seconds", m)),
+        Recording("cluster_anomaly:kmon_detection_latency_seconds:p99_5m",
+                  quantile("0.99", "cluster, anomaly", "kmon_detection_latency_seconds", m)),
+        Recording("cluster:kmon_monitor_batch_duration_seconds:p99_5m",
+                  quantile("0.99", "cluster", "kmon_monitor_batch_duration_seconds", m)),
+    )
+
+
+# Alertmanager inhibitions that keep one cause to one page: a probe that cannot reach its
+# cluster explains the monitor reading nothing, unseen values and lag on the same cluster.
+INHIBIT_RULES: tuple[dict[str, Any], ...] = (
+    {
+        "source_matchers": ['alertname=~"KmonProbeBlind|KmonProbeDown|KmonProbeNoLiveKeys"'],
+        "target_matchers": [
+            'alertname=~"KmonMonitorStalled|KmonMonitorInputFlat|KmonProbeFailing|'
+            'KmonProbeDroppingEvents|KmonUnseenValuesGrowing|KmonUnseenVerdicts|'
+            'KmonRealtimeLagHigh"'
+        ],
+        "equal": ["cluster"],
+    },
+    {   # a monitor that is down is not also stalled or blind
+        "source_matchers": ['alertname="KmonMonitorDown"'],
+        "target_matchers": ['alertname=~"KmonMonitorStalled|KmonMonitorInputFlat|'
+                            'KmonMonitorFallingBehind"'],
+        "equal": ["cluster"],
+    },
 )
 
 GROUP_INTERVAL = "1m"
 
 
 def paging_anomalies(isolation: str = "read_committed") -> list[str]:
-    """The anomaly types that page at ``isolation``: all but those Kafka's model allows."""
+    """The anomaly types that page at ``isolation``: those the monitor decides online and that
+    Kafka's model forbids."""
     allowed = allowed_anomalies(isolation)
-    return [a for a in ANOMALY_TYPES if a not in allowed]
+    return [a for a in ANOMALY_TYPES if a not in allowed and a not in OFFLINE_ONLY]
 
 
-def alerts(isolation: str = "read_committed") -> list[Alert]:
+def alerts(isolation: str = "read_committed", cfg: RuleConfig = DEFAULT_CONFIG) -> list[Alert]:
     """Every alert, in file order."""
-    return [anomaly_alert(a) for a in paging_anomalies(isolation)] + list(HEALTH_ALERTS)
+    return [anomaly_alert(a, cfg) for a in paging_anomalies(isolation)] + list(health_alerts(cfg))
 
 
-def _groups(isolation: str) -> dict[str, list[Alert]]:
+def _groups(isolation: str, cfg: RuleConfig) -> dict[str, list[Alert]]:
     out: dict[str, list[Alert]] = {}
-    for a in alerts(isolation):
+    for a in alerts(isolation, cfg):
         out.setdefault(a.group, []).append(a)
     return out
 
@@ -335,15 +539,16 @@ def _groups(isolation: str) -> dict[str, list[Alert]]:
 # Prometheus
 
 
-def prometheus_rules(isolation: str = "read_committed") -> dict[str, Any]:
+def prometheus_rules(isolation: str = "read_committed",
+                     cfg: RuleConfig = DEFAULT_CONFIG) -> dict[str, Any]:
     """The Prometheus rule file (``groups:``), recording rules first."""
     # No group interval: groups follow Prometheus' evaluation_interval (5s locally, 30s in
     # kube-prometheus-stack); promtool tests use 1m.
     groups: list[dict[str, Any]] = [{
         "name": "kmon.rules",
-        "rules": [{"record": r.record, "expr": r.expr} for r in RECORDING_RULES],
+        "rules": [{"record": r.record, "expr": r.expr} for r in recording_rules(cfg)],
     }]
-    for name, members in _groups(isolation).items():
+    for name, members in _groups(isolation, cfg).items():
         groups.append({
             "name": name,
             "rules": [
@@ -413,7 +618,8 @@ def _grafana_rule(alert: Alert, datasource_uid: str) -> dict[str, Any]:
 
 
 def grafana_rules(
-    isolation: str = "read_committed", datasource_uid: str = DATASOURCE_UID
+    isolation: str = "read_committed", datasource_uid: str = DATASOURCE_UID,
+    cfg: RuleConfig = DEFAULT_CONFIG,
 ) -> dict[str, Any]:
     """The same alerts as Grafana-managed rules, in Grafana's file provisioning format."""
     return {
@@ -426,7 +632,7 @@ def grafana_rules(
                 "interval": GROUP_INTERVAL,
                 "rules": [_grafana_rule(a, datasource_uid) for a in members],
             }
-            for name, members in _groups(isolation).items()
+            for name, members in _groups(isolation, cfg).items()
         ],
     }
 
@@ -435,10 +641,11 @@ def grafana_api_groups(
     isolation: str = "read_committed",
     datasource_uid: str = DATASOURCE_UID,
     folder_uid: str = GRAFANA_FOLDER_UID,
+    cfg: RuleConfig = DEFAULT_CONFIG,
 ) -> list[dict[str, Any]]:
     """The rule groups as the alerting provisioning HTTP API takes them (``AlertRuleGroup``)."""
     out = []
-    for g in grafana_rules(isolation, datasource_uid)["groups"]:
+    for g in grafana_rules(isolation, datasource_uid, cfg)["groups"]:
         rules = [
             {**r, "folderUID": folder_uid, "ruleGroup": g["name"], "orgID": g["orgId"]}
             for r in g["rules"]
@@ -461,9 +668,11 @@ __all__ = [
     "ISOLATION_LEVELS",
     "Alert",
     "Recording",
+    "RuleConfig",
     "alerts",
     "grafana_api_groups",
     "grafana_rules",
+    "health_alerts",
     "paging_anomalies",
     "prometheus_rules",
 ]

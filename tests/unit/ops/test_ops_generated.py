@@ -15,6 +15,7 @@ from kmon.checker.anomaly import ANOMALY_TYPES
 from kmon.checker.policy import ISOLATION_LEVELS, allowed_anomalies
 from kmon.cli import main
 from kmon.dashboards import generate, rules
+from kmon.dashboards.grafana import expressions
 from kmon.dashboards.layout import DASHBOARDS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -72,7 +73,8 @@ def test_anomaly_alert_names_are_the_checker_names() -> None:
     for isolation in ISOLATION_LEVELS:
         allowed = allowed_anomalies(isolation)
         paging = [a for a in rules.alerts(isolation) if a.name.startswith("KmonAnomaly-")]
-        assert [a.anchor for a in paging] == [t for t in ANOMALY_TYPES if t not in allowed]
+        assert [a.anchor for a in paging] == [
+            t for t in ANOMALY_TYPES if t not in allowed and t not in rules.OFFLINE_ONLY]
         for a in paging:
             assert a.name == f"KmonAnomaly-{a.anchor}"
             assert f'anomaly="{a.anchor}"' in a.expr
@@ -135,11 +137,37 @@ def test_dashboard_layout_is_sound(uid: str) -> None:
 def test_drilldown_is_templated_by_topic_and_partition() -> None:
     dash = DASHBOARDS["kmon-drilldown"]()
     variables = {v["name"]: v for v in dash["templating"]["list"]}
-    assert variables["partition"]["query"]["query"].endswith('{topic=~"$topic"}, partition)')
+    assert variables["partition"]["query"]["query"].endswith('topic=~"$topic"}, partition)')
     for p in _panels(dash):
         for t in p["targets"]:
             if "kmon_anomalies_total" in t["expr"] or "kmon_unseen" in t["expr"]:
                 assert 'partition=~"$partition"' in t["expr"], p["title"]
+
+
+def test_every_query_is_scoped_to_the_chosen_clusters() -> None:
+    """Two releases in one Prometheus never add up: every series a panel reads is selected by
+    ``$cluster`` and every aggregation keeps ``cluster``."""
+    for uid, build in DASHBOARDS.items():
+        dash = build()
+        names = [v["name"] for v in dash["templating"]["list"]]
+        assert names[:4] == ["datasource", "cluster", "namespace", "job"], uid
+        for title, expr in expressions(dash):
+            assert 'cluster=~"$cluster"' in expr, (uid, title)
+            for by in re.findall(r"\b(?:sum|max|count|group) by \(([^)]*)\)", expr):
+                assert "cluster" in by.split(", "), (uid, title, expr)
+
+
+def test_overview_has_the_on_call_panels() -> None:
+    titles = {p["title"] for p in _panels(DASHBOARDS["kmon-overview"]())}
+    assert {"Firing kmon alerts", "Anomalies by broker", "Targets up against expected",
+            "Anomalies Kafka's model forbids"} <= titles
+    marks = DASHBOARDS["kmon-overview"]()["annotations"]["list"]
+    assert [m["name"] for m in marks] == ["Monitor restarts"]
+    forbidden = next(t["expr"] for p in _panels(DASHBOARDS["kmon-overview"]())
+                     for t in p["targets"] if p["title"] == "Anomalies Kafka's model forbids")
+    # follows the probes' isolation level: one branch per level
+    assert 'isolation="read_committed"' in forbidden
+    assert 'isolation="read_uncommitted"' in forbidden
 
 
 def test_overview_covers_what_the_issue_asks_for() -> None:
