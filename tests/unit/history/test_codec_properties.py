@@ -8,7 +8,8 @@ import io
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+import fastavro
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from kmon.history import (
@@ -21,7 +22,7 @@ from kmon.history import (
     dump_jsonl,
     loads,
 )
-from kmon.history.avro import DecodeError, decode_op, encode_op
+from kmon.history.avro import DecodeError, decode_op, encode_op, load_schema, op_to_record
 from kmon.history.model import OP_FS, OP_TYPES
 from kmon.history.wire import FIELD_ALIASES, op_to_wire
 
@@ -91,10 +92,10 @@ def ops(draw, nemesis: bool = False) -> Op:
 
 
 @st.composite
-def histories(draw) -> list[Op]:
+def histories(draw, min_size: int = 0) -> list[Op]:
     """Ops with increasing indices, as any history file has."""
     out, index = [], -1
-    for op in draw(st.lists(ops(nemesis=True), max_size=8)):
+    for op in draw(st.lists(ops(nemesis=True), min_size=min_size, max_size=8)):
         index += draw(st.integers(1, 3))
         op.index = index
         out.append(op)
@@ -177,6 +178,11 @@ def _kw(k: Any) -> Any:
 
 # ---------------------------------------------------------------------------------------------
 # Malformed input: the codec's own error, never anything else; whatever is accepted writes back.
+#
+# Random text or bytes almost never get past the JSON parser or fastavro to the op validation,
+# so the properties below start from valid histories and events and break one thing in them.
+# Each example reports the mutation and the branch it reached (`hypothesis.event`); run with
+# ``--hypothesis-show-statistics`` to see how many examples reach each.
 
 ANY_JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5) | st.floats(allow_nan=False),
@@ -186,43 +192,151 @@ ANY_JSON = st.recursive(
     max_leaves=8,
 )
 ALIASES = [alias for aliases in FIELD_ALIASES.values() for alias in aliases]
-MOPISH = st.lists(
-    st.tuples(st.sampled_from(["send", "poll"]), ANY_JSON).map(list)
-    | st.tuples(st.just("send"), SCALARS, st.lists(ANY_JSON, max_size=2)).map(list)
-    | st.tuples(st.just("poll"), st.dictionaries(SCALARS.map(str), ANY_JSON, max_size=2)).map(list),
-    max_size=3,
-)
-RAW_OPS = st.fixed_dictionaries(
-    {"type": st.sampled_from(OP_TYPES) | ANY_JSON, "process": SCALARS | ANY_JSON},
-    optional={name: ANY_JSON for name in ["index", "time", *ALIASES]}
-    | {"value": MOPISH | ANY_JSON, "f": st.sampled_from(OP_FS) | ANY_JSON},
-)
+REQUIRED = ("type", "f", "process")
+# "none" last: Hypothesis leans towards the first choices.
+JSON_MUTATIONS = ("delete", "replace", "swap", "rename", "index-not-increasing", "none")
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(RAW_OPS, min_size=1, max_size=4))
-def test_any_json_ops_load_or_raise_history_error_and_accepted_ones_write_back(raws):
-    text = "\n".join(json.dumps(raw) for raw in raws)
-    try:
-        history = loads(text, "jsonl")
-    except HistoryError:
-        return
+def _jsonl_raws(history: list[Op]) -> list[dict[str, Any]]:
     buf = io.StringIO()
     dump_jsonl(history, buf)
-    assert loads(buf.getvalue(), "jsonl") == history
+    return [json.loads(line) for line in buf.getvalue().splitlines()]
 
 
-@given(st.binary(max_size=200))
-def test_any_bytes_decode_or_raise_decode_error(data):
-    with contextlib.suppress(DecodeError):
-        decode_op(data)
+@st.composite
+def mutated_jsonl(draw) -> tuple[str, str, str, list[Op]]:
+    """A valid history's JSONL with one field of one op broken: (text, mutation, field,
+    history); ``field`` is ``"-"`` when no field was touched.
+
+    delete: a field goes; replace: a field gets any JSON value; swap: a field gets the value
+    the same field has in another op (well-typed, maybe inconsistent with the rest of the op);
+    rename: a field is written under another of its names (the same history must load);
+    index-not-increasing: an index at or below the previous op's."""
+    history = draw(histories(min_size=1))
+    raws = _jsonl_raws(history)
+    i = draw(st.integers(0, len(raws) - 1))
+    raw = raws[i]
+    how = draw(st.sampled_from(JSON_MUTATIONS))
+    field = "-"
+    aliased = [name for name in FIELD_ALIASES if name in raw and len(FIELD_ALIASES[name]) > 1]
+    if how == "delete":
+        field = draw(st.sampled_from(sorted(raw)))
+        del raw[field]
+    elif how == "replace":
+        field = draw(st.sampled_from(sorted({*raw, *REQUIRED})))
+        raw[field] = draw(ANY_JSON)
+    elif how == "swap":
+        other = raws[draw(st.integers(0, len(raws) - 1))]
+        field = draw(st.sampled_from(sorted(other)))
+        raw[field] = other[field]
+    elif how == "rename" and aliased:
+        field = draw(st.sampled_from(aliased))
+        alias = draw(st.sampled_from([a for a in FIELD_ALIASES[field] if a != field]))
+        raw[alias] = raw.pop(field)
+    elif how == "index-not-increasing" and i > 0:
+        field = "index"
+        raw["index"] = draw(st.integers(-3, raws[i - 1]["index"]))
+    else:
+        how = "none"
+    text = "\n".join(json.dumps(r) for r in raws)
+    return text, how, field, history
+
+
+@settings(max_examples=300)
+@given(mutated_jsonl())
+def test_mutated_json_ops_load_or_raise_history_error_and_accepted_ones_write_back(case):
+    text, how, field, history = case
+    try:
+        loaded = loads(text, "jsonl")
+    except HistoryError:
+        event(f"jsonl {how}: rejected")
+        assert how not in ("none", "rename"), f"{how} {field}: a valid history was rejected"
+        return
+    event(f"jsonl {how}: accepted")
+    if how in ("none", "rename"):
+        assert loaded == history
+    # Whatever breaks a required field, or the order of indices, cannot load.
+    assert not (how == "delete" and field in REQUIRED), f"an op without {field} loaded"
+    assert how != "index-not-increasing", "an index at or below the previous one loaded"
+    buf = io.StringIO()
+    dump_jsonl(loaded, buf)
+    assert loads(buf.getvalue(), "jsonl") == loaded
+
+
+def _negative_index(record: dict[str, Any]) -> None:
+    record["index"] = -1 - record["index"] % 5
+
+
+def _send_without_key(record: dict[str, Any]) -> None:
+    sends = [m for m in record["mops"] if m["f"] == "send"]
+    sends[0]["key" if record["index"] % 2 else "value"] = None
+
+
+def _poll_as_send(record: dict[str, Any]) -> None:
+    polls = [m for m in record["mops"] if m["f"] == "poll"]
+    polls[0]["f"] = "send"  # a poll's key and value are null
+
+
+def _other_f(record: dict[str, Any]) -> None:
+    record["f"] = OP_FS[(OP_FS.index(record["f"]) + 1 + record["index"] % 5) % len(OP_FS)]
+
+
+def _always(record: dict[str, Any]) -> bool:
+    return True
+
+
+# Record-level mutations: (name, applies to the record, mutate it in place, must be rejected).
+# The events are written by fastavro's own writer, so they are valid Avro: only the decoder's
+# checks of the content stand between them and the monitor. "none" last, as above.
+RECORD_MUTATIONS = [
+    ("negative-index", _always, _negative_index, True),
+    ("send-without-key-or-value", lambda r: any(m["f"] == "send" for m in r["mops"]),
+     _send_without_key, True),
+    ("poll-as-send", lambda r: any(m["f"] == "poll" for m in r["mops"]), _poll_as_send, True),
+    ("schema-version", _always, lambda r: r.update(schema_version=2), True),
+    ("trailing-byte", _always, lambda r: None, True),
+    ("f-unknown", _always, lambda r: r.update(f="unknown"), False),
+    ("f-other", _always, _other_f, False),
+    ("none", _always, lambda r: None, False),
+]
+
+
+@settings(max_examples=300)
+@given(ops(), st.sampled_from(RECORD_MUTATIONS))
+def test_mutated_events_decode_to_writable_ops_or_raise_decode_error(op, mutation):
+    name, applies, mutate, reject = mutation
+    record = op_to_record(op)
+    if not applies(record):
+        name, reject = "none", False
+    else:
+        mutate(record)
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, load_schema(), record)
+    data = buf.getvalue() + (b"\x00" if name == "trailing-byte" else b"")
+    try:
+        got = decode_op(data)
+    except DecodeError:
+        event(f"avro {name}: rejected")
+        assert reject, f"{name}: a valid event was rejected"
+        return
+    event(f"avro {name}: accepted")
+    assert not reject, f"{name}: decoded to {got!r}"
+    assert got.index >= 0
+    if got.f == "unknown":  # an f newer than this reader: kept as unknown, with no value
+        assert got.value is None
+        return
+    assert decode_op(encode_op(got)) == got  # what the decoder accepts, the encoder writes
+    if name == "none":
+        if op.meta == OpMeta():  # an all-default meta and no meta are one event
+            op = Op(op.index, op.time, op.process, op.type, op.f, op.value, op.rebalance_log)
+        assert got == op
 
 
 @given(ops(), st.data())
 def test_corrupted_events_decode_or_raise_decode_error(op, data):
-    event = bytearray(encode_op(op))
+    buf = bytearray(encode_op(op))
     for _ in range(data.draw(st.integers(1, 4))):
-        i = data.draw(st.integers(0, len(event) - 1))
-        event[i] = data.draw(st.integers(0, 255))
+        i = data.draw(st.integers(0, len(buf) - 1))
+        buf[i] = data.draw(st.integers(0, 255))
     with contextlib.suppress(DecodeError):
-        decode_op(bytes(event))
+        decode_op(bytes(buf))
