@@ -12,6 +12,12 @@ consumer back, and crashes. Each run injects at most one kind of fault, chosen u
     tear      a committed transaction loses one of its records (torn transaction)
     skip      a consumer jumps over a visible record in a poll
 
+A run whose rules never injected its fault (their conditions unmet: no aborted record to
+expose, no multi-key commit to tear, no three visible records to skip...) injects it at the end
+the way the rule would, and a record that vanished gets a healthy write after it, so that every
+run that chose a fault has it injected and detectable (``--hypothesis-show-statistics`` counts
+runs per fault, injected mid-run or at the end, and whether the checker found it).
+
 Invariants after every step: the checker, fed the history so far, has reported nothing a
 healthy run could not. At the end, after every key is read in full: a fault-free run yields no
 anomaly at all; a faulty run yields exactly the fault's anomalies (its primary type, about the
@@ -274,8 +280,52 @@ class KafkaModel(RuleBasedStateMachine):
         found = {a.type for a in self.checker.sink.anomalies}
         assert found <= IMPLIED[self.fault], (self.fault, found)
 
+    # -- steering: every fault chosen is injected, and detectable ---------------------------
+    @precondition(lambda self: self.fault is not None and not self.injected)
+    @rule()
+    def inject_fault(self) -> None:
+        self.inject_now()
+
+    def inject_now(self) -> None:
+        """The fault, made to happen: the steps that meet its rule's conditions, then the rule
+        (left to the rules alone, two runs in three that chose a fault never met them). A rule
+        of its own mid-run, and at the end of a run that has not injected it yet."""
+        p, k = 0, 0
+        if self.fault == "drop":
+            self.drop_acked(k, p)
+        elif self.fault == "expose":
+            self.txn(p, {k}, abort=True, poll_first=False)
+            self.expose_aborted(p)
+        elif self.fault == "duplicate":
+            self.send(p, k, late=False, outcome="ok")
+            self.duplicate_record(k)
+        elif self.fault == "conflict":
+            self.send(p, k, late=False, outcome="ok")
+            self.conflicting_poll(p, k)
+        elif self.fault == "tear":
+            self.txn(p, set(KEYS), abort=False, poll_first=False)
+        elif self.fault == "skip":
+            for _ in range(3):
+                self.send(p, k, late=False, outcome="ok")
+            self.crash(p)  # a fresh consumer, from the start of every key
+            self.poll(p, 4, True)
+
+    def write_past_hidden(self) -> None:
+        """A record that vanished is provably lost only once readers go past it: a healthy
+        write after it on its key, for the final reads to cross it."""
+        for k in KEYS:
+            log = self.logs[k]
+            hidden = [r for r in log if r.value in self.injected and not r.visible]
+            if hidden and not any(q.visible and q.offset > hidden[-1].offset for q in log):
+                self.send(0, k, late=False, outcome="ok")
+
     def teardown(self) -> None:
         self.flush()
+        injected = "mid-run" if self.injected else "no"
+        if self.fault is not None and not self.injected:
+            self.inject_now()
+            injected = "at-end" if self.injected else "no"
+        self.write_past_hidden()
         for p in PROCESSES:  # final reads: a fresh consumer reads every key in full
             self.crash(p)
             self.assign_from_start(p, 0)
@@ -291,9 +341,14 @@ class KafkaModel(RuleBasedStateMachine):
             assert report.errors == {} and report.valid
             assert sum(report.unseen_counts.values()) == 0
         primary = PRIMARY[self.fault] if self.fault else None
-        event(f"fault={self.fault} found={','.join(sorted(found)) or 'nothing'}")
-        if primary and self._primary_expected(primary):
-            assert primary in found, (self.fault, report.errors)
+        detected = bool(found & ({primary} if primary else IMPLIED[self.fault]))
+        event(f"fault={self.fault} injected={injected} detected={detected}")
+        if self.fault is not None:
+            # Steered: every fault is injected, in a way the checker can see.
+            assert self.injected, f"fault {self.fault} was never injected"
+            if primary:
+                assert self._primary_expected(primary), (self.fault, "not detectable")
+                assert primary in found, (self.fault, report.errors)
         for recs in report.errors.values():
             for r in recs:
                 assert _about(r) & self.injected, (self.fault, r, self.injected)
