@@ -225,34 +225,49 @@ def fetch_spark_kafka(cache: Path, log: Log = print) -> list[Path]:
     return sorted(folder.glob("*.jar"))
 
 
+# Debian's packages and the commands each must put on PATH: Prometheus with promtool, and
+# Alertmanager (the local stack's and the live alerting tests' pager path).
+PROMETHEUS_PACKAGES = {"prometheus": ("prometheus", "promtool"),
+                       "prometheus-alertmanager": ("prometheus-alertmanager", "amtool")}
+
+
+def _missing_packages() -> list[str]:
+    return [pkg for pkg, cmds in PROMETHEUS_PACKAGES.items()
+            if not all(shutil.which(c) for c in cmds)]
+
+
 def ensure_prometheus(log: Log = print) -> Path:
-    """Prometheus and promtool on PATH, installing Debian's package if they are missing."""
-    if shutil.which("prometheus") and shutil.which("promtool"):
+    """Prometheus, promtool and Alertmanager on PATH, installing Debian's packages if missing."""
+    missing = _missing_packages()
+    if not missing:
         found = Path(shutil.which("prometheus") or "")
-        log(f"prometheus: {found}")
+        log(f"prometheus: {found}; alertmanager: {shutil.which('prometheus-alertmanager')}")
         return found
     if shutil.which("apt-get") is None:
-        raise SettingError("Prometheus not found and there is no apt-get: install prometheus")
+        raise SettingError(f"{', '.join(missing)} not found and there is no apt-get: install "
+                           "them")
     prefix: list[str] = []
     if os.geteuid() != 0:
         if shutil.which("sudo") is None:
-            raise SettingError("Prometheus not found: run `apt-get install -y prometheus` as root")
+            raise SettingError(f"{', '.join(missing)} not found: run `apt-get install -y "
+                               f"{' '.join(missing)}` as root")
         prefix = ["sudo", "-n"]
-    log("prometheus: installing Debian's package (apt-get install prometheus)")
+    log(f"prometheus: installing Debian's packages (apt-get install {' '.join(missing)})")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     install = [
         *prefix, "apt-get", "install", "-y", "-q",
         "--no-install-recommends",  # recommends pull in node-exporter and more services
         "-o", "DPkg::Lock::Timeout=300",  # another engineer's apt may hold the lock
-        "prometheus",
+        *missing,
     ]
     proc = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:  # stale package lists on a fresh machine: refresh once, retry
         update = [*prefix, "apt-get", "update", "-q"]
         subprocess.run(update, env=env, capture_output=True, check=False)
         proc = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
-    if proc.returncode != 0 or not shutil.which("prometheus") or not shutil.which("promtool"):
-        raise SettingError(f"could not install prometheus with apt-get:\n{proc.stderr[-2000:]}")
+    if proc.returncode != 0 or _missing_packages():
+        raise SettingError(f"could not install {' '.join(missing)} with apt-get:\n"
+                           f"{proc.stderr[-2000:]}")
     return Path(shutil.which("prometheus") or "")
 
 

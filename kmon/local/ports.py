@@ -8,7 +8,8 @@
     base + 9        Toxiproxy's HTTP API
     base + 10..12   KRaft controller listeners of nodes 1..3
     base + 20       Prometheus
-    base + 21..29   reserved: Grafana, Alertmanager
+    base + 21       Alertmanager
+    base + 22..29   reserved: Grafana
     base + 30..49   reserved: metrics endpoints of probes and the monitor
 
 The test suite runs its own stack at ``base + 50`` (see ``kmon.env.PORT_SPAN``).
@@ -46,6 +47,10 @@ class Ports:
     @property
     def prometheus(self) -> int:
         return self.base + 20
+
+    @property
+    def alertmanager(self) -> int:
+        return self.base + 21
 
     def metrics(self, slot: int) -> int:
         """Port of the ``slot``-th metrics endpoint (probes, monitor), slot 0..19."""

@@ -49,12 +49,16 @@ class LocalPrometheus:
         targets: Mapping[str, Sequence[str]] | None = None,
         rule_files: Sequence[str | os.PathLike[str]] = (),
         scrape_interval: str = "5s",
+        cluster: str = "local",
+        alertmanagers: Sequence[str] = (),
     ) -> None:
         self.home = env.kmon_home(home)
         self.ports = Ports(env.port_base(port_base))
         self.targets = {job: list(ts) for job, ts in (targets or {}).items()}
         self.rule_files = [str(Path(f).resolve()) for f in rule_files]
         self.scrape_interval = scrape_interval
+        self.cluster = cluster
+        self.alertmanagers = list(alertmanagers)
 
     @property
     def root(self) -> Path:
@@ -90,18 +94,27 @@ class LocalPrometheus:
         """The generated configuration, as a dict."""
         own = f"127.0.0.1:{self.port}"
         jobs = {"prometheus": [own], **self.targets}
-        return {
+        config: dict[str, object] = {
             "global": {
                 # Short intervals: local runs and tests last minutes, not days.
                 "scrape_interval": self.scrape_interval,
                 "evaluation_interval": self.scrape_interval,
             },
             "rule_files": self.rule_files,
-            "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": list(ts)}]}
-                for job, ts in jobs.items()
-            ],
+            "scrape_configs": [self._scrape_config(job, ts) for job, ts in jobs.items()],
         }
+        if self.alertmanagers:
+            config["alerting"] = {"alertmanagers": [
+                {"static_configs": [{"targets": list(self.alertmanagers)}]}]}
+        return config
+
+    def _scrape_config(self, job: str, targets: Sequence[str]) -> dict[str, object]:
+        """Every target carries the watched cluster's label, as the Helm chart's ServiceMonitors
+        add it: ``up`` and ``absent(up)`` then name the cluster too. kmon's own metrics carry
+        the same label; ``honor_labels`` keeps theirs rather than renaming it."""
+        return {"job_name": job, "honor_labels": True,
+                "static_configs": [{"targets": list(targets),
+                                    "labels": {"cluster": self.cluster}}]}
 
     def write_config(self) -> None:
         """Write ``prometheus.yml`` and check it with promtool (fails naming the problem)."""

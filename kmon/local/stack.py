@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kmon import env
+from kmon.local.alertmanager import LocalAlertmanager, Routing
 from kmon.local.ports import Ports
 from kmon.local.prometheus import LocalPrometheus
 
@@ -86,6 +87,13 @@ class StackOptions:
     monitor_args: list[str] = field(default_factory=list)
     events_topic: str = EVENTS_TOPIC
     scrape_interval: str = "5s"
+    # The watched cluster's name: the `cluster` label of every metric and scrape target.
+    cluster: str = "local"
+    # Alert rule files Prometheus loads (default: the generated read_committed rules).
+    rule_files: list[Path] | None = None
+    # Where an Alertmanager started with the stack sends notifications (None: no Alertmanager).
+    alert_webhook: str | None = None
+    alert_routing: Routing | None = None
 
 
 def _kmon(*args: str) -> list[str]:
@@ -103,6 +111,7 @@ class LocalStack:
         self.root = self.home / "run"
         self.children: list[Child] = []
         self.prometheus: LocalPrometheus | None = None
+        self.alertmanager: LocalAlertmanager | None = None
 
     # -- what runs ----------------------------------------------------------------------------
     def probe_child(self) -> Child:
@@ -110,14 +119,18 @@ class LocalStack:
                      "--events-topic", self.options.events_topic,
                      "--metrics-port", str(self.ports.metrics(PROBE_SLOT)),
                      "--history", str(self.root / "history.jsonl"),
+                     "--set", f"cluster={self.options.cluster}",
                      *self.options.probe_args)
         return Child("probe", argv, self.root / "probe.log")
 
-    def monitor_child(self) -> Child:
+    def monitor_child(self, slot: int = MONITOR_SLOT) -> Child:
+        """The monitor serving its metrics on ``metrics(slot)``: another slot is another
+        scrape target (``instance``), as a restarted pod is."""
         argv = _kmon("monitor", "--bootstrap-servers", self.cluster.bootstrap,
                      "--events-topic", self.options.events_topic,
-                     "--metrics-port", str(self.ports.metrics(MONITOR_SLOT)),
+                     "--metrics-port", str(self.ports.metrics(slot)),
                      "--checkpoint", str(self.root / "checkpoint"),
+                     "--set", f"cluster={self.options.cluster}",
                      *self.options.monitor_args)
         return Child("monitor", argv, self.root / "monitor.log")
 
@@ -131,13 +144,20 @@ class LocalStack:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self, say: Callable[[str], None] = print) -> None:
-        if self.options.prometheus:
+        o = self.options
+        if o.alert_webhook is not None:
+            self.alertmanager = LocalAlertmanager(o.alert_webhook, self.home, self.ports.base,
+                                                  o.alert_routing)
+            self.alertmanager.up()
+            say(f"alertmanager: {self.alertmanager.url} -> {o.alert_webhook}")
+        if o.prometheus:
             from kmon.dashboards.generate import rules_file
 
-            self.prometheus = LocalPrometheus(self.home, self.ports.base,
-                                              targets=self.scrape_targets(),
-                                              rule_files=[rules_file()],
-                                              scrape_interval=self.options.scrape_interval)
+            self.prometheus = LocalPrometheus(
+                self.home, self.ports.base, targets=self.scrape_targets(),
+                rule_files=o.rule_files or [rules_file()], scrape_interval=o.scrape_interval,
+                cluster=o.cluster,
+                alertmanagers=[self.alertmanager.address] if self.alertmanager else [])
             self.prometheus.up()
             say(f"prometheus: {self.prometheus.url} (alert rules loaded)")
         wanted: Sequence[tuple[bool, Callable[[], Child]]] = (
@@ -161,3 +181,6 @@ class LocalStack:
         if self.prometheus is not None:
             self.prometheus.down()
             say("prometheus: stopped")
+        if self.alertmanager is not None:
+            self.alertmanager.down()
+            say("alertmanager: stopped")

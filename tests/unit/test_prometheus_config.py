@@ -34,3 +34,17 @@ def test_promtool_rejects_a_missing_rule_file(tmp_path: Path) -> None:
     with pytest.raises(SettingError, match="rejected by promtool"):
         prom.write_config()
     assert not prom.config_path.exists()  # the rejected config never replaces a good one
+
+
+def test_every_target_is_labelled_with_the_cluster_and_alerts_go_to_alertmanager(
+    tmp_path: Path,
+) -> None:
+    prom = LocalPrometheus(home=tmp_path, port_base=30000, targets={"probe": ["127.0.0.1:1"]},
+                           cluster="prod-eu", alertmanagers=["127.0.0.1:30021"])
+    prom.write_config()  # promtool accepts it
+    config = yaml.safe_load(prom.config_path.read_text())
+    for scrape in config["scrape_configs"]:
+        assert scrape["static_configs"][0]["labels"] == {"cluster": "prod-eu"}
+        assert scrape["honor_labels"] is True  # the exporters' own cluster label is kept
+    am = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert am == ["127.0.0.1:30021"]
