@@ -29,7 +29,9 @@ def settings(grace: int = SECOND, unseen: int | None = None) -> FoldSettings:
 
 def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SECOND,
                unseen: int | None = None, delay: int = 0, buckets: int = 4) -> dict[str, list]:
-    """Evidence (parsed) and stats rows of ``ops`` checked online in batches of ``batch`` ops.
+    """Evidence (parsed) and stats rows of ``ops`` checked online in batches of ``batch`` ops,
+    and ``state_bytes``: after each batch, the largest key's serialized state (what the monitor
+    keeps in its state store).
 
     The watermark after each batch is the latest event time seen minus ``delay``; at the end it
     jumps past every deadline.
@@ -37,7 +39,7 @@ def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SEC
     s = settings(grace, unseen)
     keys: dict[Any, bytes] = {}
     txns: dict[int, bytes] = {}
-    out: dict[str, list] = {"evidence": [], "stats": [], "facts": []}
+    out: dict[str, list] = {"evidence": [], "stats": [], "facts": [], "state_bytes": []}
     max_time = 0
     watermark = 0
     for start in range(0, len(ops), batch):
@@ -51,6 +53,7 @@ def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SEC
             for fr in split(op, it):
                 frags.setdefault(fr.key, []).append(fr)
         _stage1(frags, keys, s, probe, watermark, out)
+        out["state_bytes"].append(max(map(len, keys.values()), default=0))
         _stage2(out, txns, probe, grace, buckets)
         watermark = max(watermark, max_time - delay)
     for key in list(keys):  # timers firing at the end
