@@ -19,6 +19,7 @@ from kmon.local.ports import BROKER_IDS, Ports
 from kmon.local.toxiproxy import LocalToxiproxy
 from kmon.nemesis import presets, scenarios
 from kmon.nemesis.network import KINDS
+from kmon.probes import config as probe_config
 
 
 @pytest.mark.parametrize("name", list(presets.PRESETS))
@@ -46,14 +47,24 @@ def test_presets_render_for_the_probe(tmp_path: Path) -> None:
     assert presets.render(presets.get("safe"), cluster) == ""
 
 
-def test_presets_are_probe_settings() -> None:
-    probe_config = pytest.importorskip("kmon.probes.config")
-    if not hasattr(probe_config, "load"):
-        pytest.skip("the probe is not on this branch yet")
+def test_presets_reach_the_probe_as_given() -> None:
+    """Every setting a preset names lands in the probe's loaded config with the preset's value:
+    a client setting in its client section, a probe setting among the probe's values
+    (test_matrix only checks that presets pass the probe's validation)."""
     for preset in presets.PRESETS.values():
         cfg = probe_config.load(env={}, overrides={
             "kafka.bootstrap.servers": "127.0.0.1:1", **preset.probe_settings()})
-        assert cfg is not None
+        for name, value in preset.settings.items():
+            section, _, rest = name.partition(".")
+            got = cfg.clients[section][rest] if section in cfg.clients else cfg.values[name]
+            assert got == _typed(value, got), (preset.name, name, got, value)
+
+
+def _typed(value: str, like: object) -> object:
+    """A preset's string value as the type the probe's config gave it."""
+    if isinstance(like, bool):
+        return {"true": True, "false": False}[value.lower()]
+    return type(like)(value) if isinstance(like, int | float) else value
 
 
 def test_scenarios_name_real_anomalies_and_presets() -> None:
