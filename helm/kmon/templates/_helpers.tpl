@@ -111,6 +111,11 @@ resolves from the Secret-fed environment; PEM files (KIP-651) stand in for keyst
 {{- end }}
 
 {{/* `kmon probe --config /etc/kmon/config/probe.yaml`: its settings (kmon.probes.config). */}}
+{{/* The watched cluster's name: every metric's, target's and alert's `cluster` label. */}}
+{{- define "kmon.cluster" -}}
+{{- required "cluster is required: the name of the watched Kafka cluster (the cluster label of every metric and alert)" .Values.cluster }}
+{{- end }}
+
 {{- define "kmon.probe.config" -}}
 {{- $sec := include "kmon.kafka.librdkafka" . | fromYaml }}
 {{- $c := dict "kafka.bootstrap.servers" (required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers) }}
@@ -126,6 +131,7 @@ resolves from the Secret-fed environment; PEM files (KIP-651) stand in for keyst
 {{- end }}
 {{- $_ := set $c "events.topic" .Values.kafka.eventsTopic }}
 {{- $_ := set $c "consumer.isolation.level" .Values.isolation }}
+{{- $_ := set $c "cluster" (include "kmon.cluster" .) }}
 {{- $_ := set $c "metrics.port" .Values.probe.metricsPort }}
 {{- toYaml $c }}
 {{- end }}
@@ -143,6 +149,7 @@ It only touches kmon's own topics, so it connects to the events cluster. */}}
 {{- end }}
 {{- $_ := set $c "kafka.bootstrap.servers" (default (required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers) .Values.kafka.eventsBootstrapServers) }}
 {{- $_ := set $c "topics.events" .Values.kafka.eventsTopic }}
+{{- $_ := set $c "cluster" (include "kmon.cluster" .) }}
 {{- $_ := set $c "topics.anomalies" .Values.kafka.anomaliesTopic }}
 {{- $_ := set $c "topics.dead-letters" .Values.kafka.deadLetterTopic }}
 {{- $_ := set $c "checkpoint" (include "kmon.monitor.checkpoint" .) }}

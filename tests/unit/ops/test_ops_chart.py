@@ -17,21 +17,22 @@ import pytest
 import yaml
 
 from kmon.dashboards import generate, rules, tools
+from tests.helpers import missing_tool
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "helm" / "kmon"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 SPARK_SCHEMA = Path(__file__).parent / "schemas"
 KUBE_VERSION = "1.34.0"  # helm built by `go install` defaults to v1.20, below kubeVersion
-BASE = ["--set", "kafka.bootstrapServers=kafka:9092"]
+BASE = ["--set", "kafka.bootstrapServers=kafka:9092", "--set", "cluster=prod-eu"]
 CRD_TEMPLATE = "{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"
 
 
 def _tool(name: str) -> str:
     path = tools.find(name)
     if path is None:
-        pytest.skip(f"{name} not installed: run `make setup` (kmon dashboards install-tools "
-                    "go-installs it into $KMON_CACHE/bin)")
+        missing_tool(name, "run `make setup` (kmon dashboards install-tools "
+                     "go-installs it into $KMON_CACHE/bin)")
     return path
 
 
@@ -45,7 +46,7 @@ def kubeconform() -> list[str]:
     binary = _tool("kubeconform")
     k8s = tools.k8s_schema_location()
     if k8s is None:
-        pytest.skip("Kubernetes schemas missing: run `make setup` (kmon dashboards install-tools)")
+        missing_tool("Kubernetes schemas", "run `make setup` (kmon dashboards install-tools)")
     return [binary, "-strict", "-summary", "-schema-location", k8s,
             "-schema-location", tools.crd_schema_location(),
             "-schema-location", f"{SPARK_SCHEMA}/{CRD_TEMPLATE}"]
@@ -244,7 +245,9 @@ def test_existing_sasl_secret_is_used_not_created(helm: str) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    ([], "kafka.bootstrapServers is required"),
+    (["--set", "cluster=prod-eu"], "kafka.bootstrapServers is required"),
+    (["--set", "kafka.bootstrapServers=kafka:9092"], "cluster is required"),
+    ([*BASE, "--set", "cluster=prod eu"], "does not match pattern"),
     ([*BASE, "--set", "kafka.securityProtocol=SASL_PLAINTEXT"], "kafka.sasl.username is required"),
     ([*BASE, "--set", "kafka.securityProtocol=SSL"], "kafka.tls.existingSecret is required"),
 ])
@@ -280,8 +283,13 @@ def test_prometheus_rule_is_the_generated_rules(helm: str, isolation: str) -> No
     groups = by_kind(objs, "PrometheusRule")["t-kmon"]["spec"]["groups"]
     expected = yaml.safe_load(
         (generate.GENERATED / generate.prometheus_rules_name(isolation)).read_text()
-        .replace(rules.RUNBOOK_URL, url))["groups"]
+        .replace(rules.RUNBOOK_URL, url)
+        .replace(rules.ANY_CLUSTER, 'cluster="prod-eu"'))["groups"]
     assert groups == expected
+    # Each release's rules select its own cluster only: two releases in one Prometheus never
+    # evaluate each other's series, nor double each other's alerts.
+    exprs = [r["expr"] for g in groups for r in g["rules"]]
+    assert all('cluster="prod-eu"' in e and rules.ANY_CLUSTER not in e for e in exprs)
     alerts = {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
     assert ("KmonAnomaly-G1a" in alerts) == (isolation == "read_committed")
     assert all(r["annotations"]["runbook_url"].startswith(url + "#")
@@ -292,6 +300,11 @@ def test_service_monitor_gives_the_jobs_the_alerts_select(helm: str) -> None:
     objs = objects(helm, *BASE, "--set", "serviceMonitor.enabled=true")
     sm = by_kind(objs, "ServiceMonitor")["t-kmon"]["spec"]
     assert sm["jobLabel"] == "kmon.io/job"
+    # every target labelled with the watched cluster (what `up`-based alerts select), the
+    # exporters' own cluster label kept
+    for endpoint in sm["endpoints"]:
+        assert endpoint["honorLabels"] is True
+        assert {"targetLabel": "cluster", "replacement": "prod-eu"} in endpoint["relabelings"]
     jobs = {s["metadata"]["labels"].get("kmon.io/job") for s in by_kind(objs, "Service").values()}
     assert {rules.MONITOR_JOB, rules.PROBE_JOB} <= jobs
     for name, svc in by_kind(objs, "Service").items():
@@ -465,6 +478,8 @@ def test_plaintext_values_reach_probe_and_monitor(
         "ev", "an", "dl")
     assert monitor.metrics_port == 9102
     assert monitor.spark_conf["master"] == "k8s://https://kubernetes.default.svc:443"
+    # both name the watched cluster the chart was given: every metric and evidence record
+    assert (probe.cluster, monitor.cluster) == ("prod-eu", "prod-eu")
 
 
 # ---------------------------------------------------------------------------------------------
