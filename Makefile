@@ -38,7 +38,9 @@ test: setup lint
 	$(BIN)/pytest --ignore=tests/integration/test_detection.py
 	$(BIN)/python tests/run_detection.py
 
-unit: $(INSTALLED)
+# Set-up first: the unit tests need its tools (promtool, helm, kubeconform, schemas), and a
+# missing tool is an error, never a skip (tests/helpers.py: missing_tool).
+unit: setup
 	$(BIN)/pytest tests/unit
 
 integration: setup

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests import skip_policy
 from tests.helpers import suite_stack
 
 if TYPE_CHECKING:  # Kafka and Spark are imported only by the tests that use them
@@ -44,6 +45,10 @@ settings.load_profile("kmon")
 # unclean-election test killed a broker, right after these modules had run.
 RUN_LAST = ("test_detection.py", "test_monitor.py", "test_monitor_restart.py",
             "test_monitor_watermark.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    skip_policy.pytest_configure(config)  # a module whose every test skipped fails the run
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -6,10 +6,24 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NoReturn
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from kmon import env
+
+
+def missing_tool(what: str, how: str = "run `make setup`") -> NoReturn:
+    """Fail the test: a tool the set-up installs is not installed.
+
+    The suite's one policy: whatever `make setup` installs (promtool, prometheus, helm,
+    kubeconform and their schemas, chromium, toxiproxy-server, the test extras) is required, and
+    its absence is an error under `make test`, `make unit` and CI, never a skip: a skip turned a
+    whole module green on a machine without set-up. A skip is only for what the suite cannot
+    install (an external cluster under KMON_BOOTSTRAP, a build installed uncompiled).
+    """
+    pytest.fail(f"{what} not installed: {how}", pytrace=False)
 
 
 def suite_stack() -> tuple[Path, int]:

@@ -3,7 +3,7 @@ tests/conftest.py). Import them into a test module::
 
     from kmon.nemesis.fixtures import nemesis, toxiproxy  # noqa: F401  (pytest fixtures)
 
-- ``toxiproxy`` (session): the cluster's Toxiproxy, started on first use (skips the test when
+- ``toxiproxy`` (session): the cluster's Toxiproxy, started on first use (fails the test when
   ``toxiproxy-server`` is not installed: ``make setup``), reset and stopped at the end unless
   ``KMON_KEEP_CLUSTER=1``.
 - ``nemesis`` (per test): a ``Nemesis`` on the cluster and its proxies, healed and healthy
@@ -34,8 +34,10 @@ def toxiproxy(local_cluster: LocalCluster) -> Iterator[LocalToxiproxy]:
     proxy = LocalToxiproxy(home=local_cluster.home, port_base=local_cluster.ports.base,
                            cache=local_cluster.cache)
     if find_binary(proxy.cache) is None:
-        pytest.skip("toxiproxy-server not installed: run `make setup` (kmon nemesis "
-                    "install-tools)")
+        # An error, not a skip: the set-up installs it, and a skip here turned every fault
+        # test and the whole detection matrix green on a machine without it.
+        pytest.fail("toxiproxy-server not installed: run `make setup` (kmon nemesis "
+                    "install-tools)", pytrace=False)
     proxy.up()
     yield proxy
     if proxy.is_up():

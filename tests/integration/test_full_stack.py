@@ -20,7 +20,7 @@ from kmon.checker.anomaly import ANOMALY_TYPES
 from kmon.dashboards import queries, rules, tools
 from kmon.local.cluster import LocalCluster
 from kmon.local.stack import LocalStack, StackOptions
-from tests.helpers import suite_stack, wait_until
+from tests.helpers import missing_tool, suite_stack, wait_until
 from tests.integration.promapi import Prom, dashboard_queries, query_name, substitute
 
 # Panels with no series on a healthy run, and why. A panel listed here may still have data.
@@ -65,7 +65,7 @@ def _options(run: str) -> StackOptions:
 def prom(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[Prom]:
     if tools.find("prometheus") is None or tools.find("promtool") is None:
-        pytest.skip("prometheus/promtool not installed: `make setup` installs them")
+        missing_tool("prometheus/promtool", "`make setup` installs them")
     _, base = suite_stack()
     stack = LocalStack(local_cluster, _options(uuid.uuid4().hex[:8]),
                        home=tmp_path_factory.mktemp("full-stack"), port_base=base)

@@ -20,6 +20,7 @@ from kmon.dashboards import tools
 from kmon.investigate import Evidence, investigate
 from kmon.investigate.page import render
 from kmon.synth import SynthConfig, healthy
+from tests.helpers import missing_tool
 
 KEY, VALUE, OFFSET, WINDOW = 0, 8589934619, 59, 2
 RED, BLUE, GREEN = (0xD6, 0x27, 0x28), (0x1F, 0x77, 0xB4), (0x2C, 0xA0, 0x2C)
@@ -31,8 +32,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 def chromium() -> str:
     path = tools.chromium()
     if path is None:
-        pytest.skip("chromium not installed: `make setup` (kmon dashboards install-tools) "
-                    "apt-get installs Debian's chromium")
+        missing_tool("chromium", "`make setup` (kmon dashboards install-tools) apt-get installs "
+                     "Debian's chromium")
     return path
 
 

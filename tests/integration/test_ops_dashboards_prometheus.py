@@ -20,7 +20,7 @@ import pytest
 from kmon.dashboards import generate, layout, queries, rules, tools
 from kmon.dashboards.grafana import expressions
 from kmon.local.prometheus import LocalPrometheus
-from tests.helpers import wait_until
+from tests.helpers import missing_tool, wait_until
 from tests.integration import ops_exporter
 from tests.integration.promapi import Prom, dashboard_queries, substitute
 
@@ -54,7 +54,7 @@ def _targets() -> Iterator[dict[str, list[str]]]:
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
     if tools.find("prometheus") is None or tools.find("promtool") is None:
-        pytest.skip("prometheus/promtool not installed: `make setup` installs them")
+        missing_tool("prometheus/promtool", "`make setup` installs them")
     rule_file = generate.rules_file("read_committed")
     with ExitStack() as stack:
         targets = stack.enter_context(_targets())

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kmon.dashboards import tools
+from tests.helpers import missing_tool
 
 
 def test_warm_install_builds_and_downloads_nothing(tmp_path: Path,
@@ -21,7 +22,7 @@ def test_warm_install_builds_and_downloads_nothing(tmp_path: Path,
     (crds / ".version").write_text(tools.PROMETHEUS_OPERATOR[1] + "\n")
     k8s = tools.k8s_schema_dir(tmp_path)
     if k8s is None:
-        pytest.skip("kubernetes-validate (a test extra) is not installed")
+        missing_tool("kubernetes-validate", "a test extra: `make setup` (pip install -e '.[test]')")
     k8s.mkdir(parents=True)
     (k8s / tools.COMPLETE).write_text("x\n")
     monkeypatch.setattr(tools.subprocess, "run", _forbidden)
