@@ -276,10 +276,15 @@ def _monitor_alerts(cfg: RuleConfig) -> tuple[Alert, ...]:
             group="kmon-monitor",
             # Batches finish (timers, no-data batches) but read nothing the probes emit: a
             # wrong events topic, lost access to it, or a reader stuck on one partition.
+            # Only once a batch has finished since the start: before that, a monitor starting
+            # up reads nothing yet, and one that never gets going is KmonMonitorStalled's.
             expr=(f"sum by (cluster) (rate(kmon_monitor_events_total{cfg.monitor()}"
                   f"[{cfg.input_window}])) == 0\n"
                   f"and on (cluster) {_probes_emitting(cfg)}\n"
-                  f"and on (cluster) {since_batch} <= {stalled}"),
+                  f"and on (cluster) {since_batch} <= {stalled}\n"
+                  f"and on (cluster) max by (cluster) "
+                  f"(kmon_monitor_last_batch_timestamp_seconds{cfg.monitor()}\n"
+                  f"  - kmon_monitor_start_timestamp_seconds{cfg.monitor()}) > 0"),
             for_=cfg.blind_for,
             severity="critical",
             summary=f"kmon monitor of cluster {CLUSTER} reads no op events while probes emit",

@@ -337,6 +337,7 @@ HEALTH_CASES: dict[str, list[dict[str, Any]]] = {
     "KmonMonitorInputFlat": [
         {   # batches run (timers) but the input counter is flat while probes emit
             "input_series": [
+                series("kmon_monitor_start_timestamp_seconds", MONITOR, "0x40"),
                 series("kmon_monitor_last_batch_timestamp_seconds", MONITOR, "0+60x30"),
                 series("kmon_monitor_events_total", MONITOR, "5000+100x4 5400x30"),
                 EMITTING,
@@ -354,6 +355,8 @@ HEALTH_CASES: dict[str, list[dict[str, Any]]] = {
             "input_series": [
                 series("kmon_monitor_last_batch_timestamp_seconds", MONITOR, "0+60x10"),
                 series("kmon_monitor_last_batch_timestamp_seconds", MONITOR_2, "_x11 660+60x30"),
+                series("kmon_monitor_start_timestamp_seconds", MONITOR, "0x10"),
+                series("kmon_monitor_start_timestamp_seconds", MONITOR_2, "_x11 650x30"),
                 series("kmon_monitor_events_total", MONITOR, "0+100x10"),
                 series("kmon_monitor_events_total", MONITOR_2, "_x11 1000+100x30"),
                 EMITTING,
@@ -524,6 +527,26 @@ HEALTH_CASES: dict[str, list[dict[str, Any]]] = {
         }),
     }],
 }
+
+
+def test_a_monitor_starting_up_is_not_input_flat(promtool: str, tmp_path: Path) -> None:
+    """Before its first batch a monitor reads nothing yet: not blind, only starting (and
+    KmonMonitorStalled's if it lasts). With a stall threshold longer than `for:`, an input-flat
+    rule without the first-batch condition would fire here at 6m."""
+    slow_start = tmp_path / "slow-start.yml"
+    slow_start.write_text(yaml.safe_dump(rules.prometheus_rules(
+        "read_committed", rules.RuleConfig(monitor_stalled_after_s=900))))
+    tests = [{
+        "interval": "1m",
+        "input_series": [
+            series("kmon_monitor_start_timestamp_seconds", MONITOR, "0x20"),
+            series("kmon_monitor_last_batch_timestamp_seconds", MONITOR, "0x20"),
+            series("kmon_monitor_events_total", MONITOR, "0x20"),
+            EMITTING,
+        ],
+        "alert_rule_test": silent("KmonMonitorInputFlat", "6m", "10m", "14m"),
+    }]
+    run_promtool(promtool, tmp_path, bare(tmp_path, slow_start), tests)
 
 
 def test_every_health_alert_has_an_edge_case() -> None:
