@@ -25,6 +25,11 @@ CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 # A few values per label: enough for by()/topic/partition selections to have several series.
 LABEL_VALUES: dict[str, tuple[str, ...]] = {
+    "cluster": ("ops-test",),
+    "broker": ("1", "2"),
+    "probe": ("ops.1",),
+    "isolation": ("read_committed",),
+    "version": ("0.0.0",),
     "anomaly": ANOMALY_TYPES,
     "topic": ("probe-a", "probe-b"),
     "partition": ("0", "1", "2"),
@@ -88,9 +93,11 @@ class Component:
                     child.inc(rnd.randint(1, 5))
                 elif spec.type == "histogram":
                     child.observe(rnd.expovariate(20))
-                elif spec.name == "kmon_monitor_last_batch_timestamp_seconds":
+                elif spec.name.endswith("_timestamp_seconds"):
+                    # a verdict, batch, success or start just now: the anomaly alerts fire,
+                    # so the firing-alerts panel has data too
                     child.set_to_current_time()
-                elif spec.name == "kmon_probe_up":
+                elif spec.name in ("kmon_probe_up", "kmon_probe_info"):
                     child.set(1)
                 else:
                     child.set(rnd.randint(1, 100))

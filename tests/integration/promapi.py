@@ -19,6 +19,9 @@ from kmon.dashboards.grafana import expressions
 # What Grafana substitutes, as Grafana would for a 1-hour dashboard with "All" selected.
 GRAFANA_VARS = {
     "$__rate_interval": "1m",
+    "$cluster": ".*",
+    "$namespace": ".*",
+    "$job": ".*",
     "$__range": "5m",
     "$topic": ".*",
     "$partition": ".*",
@@ -40,7 +43,8 @@ def dashboard_queries() -> list[tuple[str, str, str]]:
 
 def query_name(expr: str) -> str:
     """The name a panel's expression has in ``kmon.dashboards.queries`` (dashboard-qualified)."""
-    for dash, table in (("overview", queries.OVERVIEW), ("drilldown", queries.DRILLDOWN)):
+    for dash, table in (("overview", queries.OVERVIEW), ("drilldown", queries.DRILLDOWN),
+                        ("annotations", queries.ANNOTATIONS)):
         for name, e in table.items():
             if e == expr:
                 return f"{dash}.{name}"

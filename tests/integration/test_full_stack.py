@@ -32,9 +32,12 @@ NO_DATA_WHEN_HEALTHY = {
     "drilldown.detection_latency_p99": "kmon_detection_latency_seconds is observed per verdict",
     "overview.dead_letters": "kmon_dead_letters_total has a series per reason seen; none here",
     "overview.probe_client_errors": "a series per librdkafka error seen; a quiet run has none",
+    "overview.firing_alerts": "ALERTS of kmon's alerts firing: none on a healthy run",
+    "annotations.monitor_restarts": "a mark where a monitor (re)started: 2 minutes after start",
 }
 # Of those, the ones that must be empty: they would list an anomaly.
-EMPTY_WHEN_HEALTHY = ("overview.anomalies_last_hour", "drilldown.anomaly_totals")
+EMPTY_WHEN_HEALTHY = ("overview.anomalies_last_hour", "drilldown.anomaly_totals",
+                      "overview.firing_alerts")
 RUN_SECONDS = 75.0  # how long the stack runs before the checks: several catch-up reads
 
 
@@ -95,6 +98,14 @@ def test_monitor_processes_the_probes_events(prom: Prom) -> None:
     assert (prom.value("kmon_probe_events_emitted_total") or 0) > 0
     assert (prom.value("kmon_monitor_events_total") or 0) > 0
     assert (prom.value("sum(kmon_probe_keys_live)") or 0) > 0
+
+
+def test_every_kmon_series_names_the_cluster(prom: Prom) -> None:
+    """Probe and monitor label every metric with the watched cluster (the stack's default,
+    `local`), and Prometheus labels their targets with it too."""
+    assert prom.series_of('{__name__=~"kmon_.+"}')
+    assert prom.series_of('{__name__=~"kmon_.+", cluster!="local"}') == []
+    assert prom.series_of('up{job=~"kmon-.+", cluster!="local"}') == []
 
 
 def test_a_healthy_run_counts_no_anomaly(prom: Prom) -> None:

@@ -92,7 +92,8 @@ def test_dashboard_query_parses_and_returns_series(
 def test_every_panel_query_is_in_a_dashboard() -> None:
     """The query tables hold nothing a dashboard does not draw (dead queries go untested)."""
     drawn = {expr for _, build in layout.DASHBOARDS.items() for _, expr in expressions(build())}
-    assert set(queries.OVERVIEW.values()) | set(queries.DRILLDOWN.values()) == drawn
+    tables = (queries.OVERVIEW, queries.DRILLDOWN, queries.ANNOTATIONS)
+    assert {e for table in tables for e in table.values()} == drawn
 
 
 @pytest.mark.parametrize(("name", "query"), sorted(queries.VARIABLES.items()))
@@ -129,7 +130,7 @@ def test_contract_names_are_what_the_dashboards_use() -> None:
     used = set()
     for expr in [*queries.OVERVIEW.values(), *queries.DRILLDOWN.values(),
                  *queries.VARIABLES.values(), *(a.expr for a in rules.alerts()),
-                 *(r.expr for r in rules.RECORDING_RULES)]:
+                 *(r.expr for r in rules.recording_rules())]:
         for name in re.findall(r"(?<![:\w])kmon_[a-z_]+", expr):
             for s in suffixes:
                 if name.endswith(s) and name.removesuffix(s) in declared:

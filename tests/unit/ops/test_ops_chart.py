@@ -314,6 +314,19 @@ def test_service_monitor_gives_the_jobs_the_alerts_select(helm: str) -> None:
             assert [p["name"] for p in svc["spec"]["ports"]] == ["metrics"]
 
 
+def test_renamed_jobs_are_what_the_rules_select(helm: str) -> None:
+    objs = objects(helm, *BASE, "--set", "serviceMonitor.enabled=true",
+                   "--set", "prometheusRule.enabled=true",
+                   "--set", "serviceMonitor.jobs.monitor=kafka-prod-kmon-monitor",
+                   "--set", "serviceMonitor.jobs.probe=kafka-prod-kmon-probe")
+    jobs = {s["metadata"]["labels"].get("kmon.io/job") for s in by_kind(objs, "Service").values()}
+    assert {"kafka-prod-kmon-monitor", "kafka-prod-kmon-probe"} <= jobs
+    exprs = " ".join(r["expr"] for g in by_kind(objs, "PrometheusRule")["t-kmon"]["spec"]["groups"]
+                     for r in g["rules"])
+    assert 'job="kafka-prod-kmon-monitor"' in exprs and 'job="kafka-prod-kmon-probe"' in exprs
+    assert f'job="{rules.MONITOR_JOB}"' not in exprs and f'job="{rules.PROBE_JOB}"' not in exprs
+
+
 def test_dashboards_config_map_carries_the_generated_dashboards(helm: str) -> None:
     objs = objects(helm, *BASE, "--set", "grafanaDashboards.enabled=true")
     cm = by_kind(objs, "ConfigMap")["t-kmon-dashboards"]
