@@ -176,13 +176,17 @@ def old_anomaly(kafka_bootstrap: str) -> dict[str, str]:
     t0 = time.time() - 48 * HOUR
     producer = _producer(kafka_bootstrap)
     ops = [dataclasses.replace(o, time=int(t0 * 1e9) + o.time) for o in lost_write_ops()]
+
+    def garbage(at: float) -> None:  # op events nobody needs: undecodable, so a read shows
+        for k in range(20):
+            producer.produce(events, value=b"\x00garbage", headers=kafka_headers(),
+                             timestamp=int((at + k) * 1000))
+
+    garbage(t0 - 20 * HOUR)  # in time order, as probes write them
     for o in ops:
         producer.produce(events, key=str(o.process).encode(), value=encode_op(o),
                          headers=kafka_headers(), timestamp=o.time // 10**6)
-    for day in (-1, 1):  # op events nobody needs: undecodable, so a read of them shows
-        for k in range(20):
-            producer.produce(events, value=b"\x00garbage", headers=kafka_headers(),
-                             timestamp=int((t0 + day * 20 * HOUR + k) * 1000))
+    garbage(t0 + 20 * HOUR)
     writer = next(o for o in ops if o.index == WRITER)
     record = {"id": "an-old", "anomaly": "lost-write", "key": 0, "topic": "probe-0",
               "partition": 0, "probe": "probe-0", "offsets": [OFFSET], "values": [VALUE],
