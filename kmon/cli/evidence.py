@@ -23,7 +23,9 @@ default the last hour (--since 1h); --at TIME with --window D (default 15m) for 
 or --from TIME [--to TIME]. TIME is ISO-8601 (UTC when no zone is given) or unix seconds; a
 DURATION is 90s, 15m, 1h, 7d (seconds when bare). Only the window is read: each partition of the
 anomalies topic is sought with offsets_for_times to the window's start and read to its end,
-never the whole topic. The window is on record timestamps (when the monitor emitted the record).
+never the whole topic. The window is on record timestamps (when the monitor emitted the record),
+found through the broker's time index: a record produced long after the time it carries (out of
+order with its neighbours) can be missed.
 
 Filters keep records of one --cluster, --anomaly (a checker anomaly name, or unseen), --topic,
 --partition, --broker (the leader when decided, or `unknown`). Records without a cluster or

@@ -8,9 +8,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kmon.cli import UsageError
+
+if TYPE_CHECKING:
+    from kmon.investigate import Evidence, Investigation
+    from kmon.investigate.timewindow import TimeWindow
 
 SUMMARY = "Tell the story of an anomaly: the ops around a key and offset."
 DESCRIPTION = """\
@@ -152,7 +156,7 @@ def _guarded(work: Callable[[], Any]) -> Any:
 
 
 def _evidence(args: argparse.Namespace, conf: dict[str, Any],
-              at: float | None) -> tuple[Any, float | None]:
+              at: float | None) -> tuple[Evidence, float | None]:
     """The evidence (from --evidence, the topic, or --key) and when it was emitted, if known."""
     from kmon.investigate import Evidence, parse_evidence
     from kmon.investigate.sources import locate_evidence
@@ -169,8 +173,8 @@ def _evidence(args: argparse.Namespace, conf: dict[str, Any],
                     values=[_key(v) for v in args.value]), at
 
 
-def _ops_window(evidence: Any, emitted: float | None, at: float | None,
-                margin: float) -> Any:
+def _ops_window(evidence: Evidence, emitted: float | None, at: float | None,
+                margin: float) -> TimeWindow | None:
     """The span of event time to read op events over: around the times the record names,
     else around its emitted time (or --at); None (the whole topic) when no time is known."""
     from kmon.investigate.evidence import wall_times
@@ -180,8 +184,9 @@ def _ops_window(evidence: Any, emitted: float | None, at: float | None,
     return around_times(times, margin)
 
 
-def _investigate(args: argparse.Namespace, conf: dict[str, Any], evidence: Any, window: Any,
-                 investigate: Callable[..., Any]) -> Any:
+def _investigate(args: argparse.Namespace, conf: dict[str, Any], evidence: Evidence,
+                 window: TimeWindow | None, investigate: Callable[..., Investigation],
+                 ) -> Investigation:
     from kmon.investigate.sources import ops_from_events, ops_from_history
 
     skipped: list[str] = []
