@@ -9,6 +9,7 @@ offsets (``clients.start_offsets``); these tests pin down that it starts where i
 
 from __future__ import annotations
 
+import contextlib
 import io
 import random
 import threading
@@ -16,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -97,9 +99,9 @@ def test_a_reassign_while_an_offset_commit_is_pending_starts_at_the_committed_of
 
 
 def _pending_offset_commit(bootstrap: str, topic: str, partition: int, group: str,
-                           committed: int, pending: int, after: float) -> threading.Timer:
+                           committed: int, pending: int) -> threading.Thread:
     """The group's offset committed at ``committed``; a transaction holds it pending at
-    ``pending`` and commits ``after`` seconds on (the returned timer)."""
+    ``pending``. The returned thread, once started, commits the transaction."""
     committer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     committer.commit(offsets=[TopicPartition(topic, partition, committed)], asynchronous=False)
     txn = Producer({"bootstrap.servers": bootstrap,
@@ -109,31 +111,43 @@ def _pending_offset_commit(bootstrap: str, topic: str, partition: int, group: st
     txn.send_offsets_to_transaction([TopicPartition(topic, partition, pending)],
                                     committer.consumer_group_metadata(), 30)
     committer.close()
-    timer = threading.Timer(after, txn.commit_transaction, args=(30,))
-    timer.start()
-    return timer
+    return threading.Thread(target=txn.commit_transaction, args=(30,))
 
 
 @pytest.mark.workload_settings(op_timeout="1.5")
 def test_a_catch_up_read_retries_an_assign_that_timed_out(
-    kafka_bootstrap: str, workload: Workload,
+    kafka_bootstrap: str, workload: Workload, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The probe's final read after a leader pause once gave up on its one assign, whose
     committed-offset lookup timed out, and left acked values unread. Here the lookup times
-    out on a pending offset commit (waited for up to ``op_timeout``) until it commits."""
+    out on a pending offset commit (waited for up to ``op_timeout``); the transaction commits
+    only once an assign has completed as info, whatever the time that took."""
     key, topic, partition = _filled_key(kafka_bootstrap, workload, 30)
-    timer = _pending_offset_commit(kafka_bootstrap, topic, partition,
-                                   f"{workload.cfg.topic_prefix}-assign", 10, 20, after=4.0)
+    commit = _pending_offset_commit(kafka_bootstrap, topic, partition,
+                                    f"{workload.cfg.topic_prefix}-assign", 10, 20)
+    recorder = workload.recorder
+    complete = recorder.complete
+
+    def complete_then_commit(process: int, type_: str, *args: Any, **kwargs: Any) -> Any:
+        op = complete(process, type_, *args, **kwargs)
+        if op is not None and op.f == "assign" and type_ == "info" and not commit.is_alive():
+            with contextlib.suppress(RuntimeError):  # started already: a later timeout
+                commit.start()
+        return op
+
+    monkeypatch.setattr(recorder, "complete", complete_then_commit)
     proc = Process(0, workload, random.Random(0))
     try:
-        polls = proc.catch_up(20.0, lambda: False)
+        polls = proc.catch_up(60.0, lambda: False)
     finally:
-        timer.join()
+        if commit.ident is not None:
+            commit.join()
         proc.close_clients()
-    history = workload.recorder.history
+    history = recorder.history
     assert isinstance(history, io.StringIO)
     ops = [o for o in loads(history.getvalue(), "jsonl") if o.type != "invoke"]
     assigns = [o.type for o in ops if o.f == "assign"]
+    assert commit.ident is not None, f"no assign timed out on the pending commit: {assigns}"
     assert assigns[0] == "info", "the first assign did not time out"
     assert assigns[-1] == "ok"
     assert polls > 0
