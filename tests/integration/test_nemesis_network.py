@@ -81,15 +81,20 @@ def test_latency_is_felt_by_proxied_clients_only_and_removed(
     _round_trip(proxied, topic), _round_trip(direct, topic)  # connections and metadata
     before = min(_round_trip(proxied, topic) for _ in range(3))
 
-    fault = NetworkFault(nemesis.proxy, "latency", latency_ms=400)  # type: ignore[arg-type]
+    # No threshold on how fast a round trip is (2 shared cores): the latency is large, the one
+    # bound is the one the fault guarantees (during >= latency), and the rest is compared with
+    # that measurement: a round trip without the toxic is faster by well over half of it.
+    latency = 1.5
+    fault = NetworkFault(nemesis.proxy, "latency",  # type: ignore[arg-type]
+                         latency_ms=int(latency * 1000))
     with nemesis.active(fault) as record:
         during = min(_round_trip(proxied, topic) for _ in range(3))
         unaffected = min(_round_trip(direct, topic) for _ in range(3))
     after = min(_round_trip(proxied, topic) for _ in range(3))
 
-    assert before < 0.3 and after < 0.3, (before, after)
-    assert during >= 0.4, during  # the answer crossed the proxy once, 400 ms late
-    assert unaffected < 0.3, unaffected
+    assert during >= latency, (before, during)  # the answer crossed the proxy once, late
+    assert max(before, after) < during - latency / 2, (before, during, after)
+    assert unaffected < during - latency / 2, (unaffected, during)
     assert record.info["nodes"] == [1, 2, 3] and record.healthy_at is not None
     assert health.problems(local_cluster, nemesis.proxy) == []
 
