@@ -50,6 +50,7 @@ integration: setup
 bench: setup
 	$(BIN)/python bench/bench_checker.py
 	$(BIN)/python bench/bench_monitor.py
+	$(BIN)/python bench/bench_evidence.py
 
 # Not part of `make test`. Both use the local cluster (started here if it is not running; a
 # running `make run` stack is fine) and run their own probes and monitor.
