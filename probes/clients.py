@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kmon.probes.config import ConfigError, ProbeConfig
+from kmon.probes.metrics import ProbeIdentity
 
 log = logging.getLogger("kmon.probes")
 # librdkafka's own log lines (refused connections while a broker is down, ...) go to Python
@@ -58,6 +59,12 @@ def consumer_defaults(cfg: ProbeConfig) -> dict[str, Any]:
 def _consumer_settings(cfg: ProbeConfig) -> dict[str, Any]:
     """The probe's consumer defaults under the user's ``consumer`` settings."""
     return {**consumer_defaults(cfg), **cfg.client_settings("consumer")}
+
+
+def identity(cfg: ProbeConfig) -> ProbeIdentity:
+    """What kmon_probe_info exports: the isolation level the consumers really read at."""
+    isolation = str(_consumer_settings(cfg)["isolation.level"]).lower()
+    return ProbeIdentity(cluster=cfg.cluster, probe=cfg.probe_id, isolation=isolation)
 
 
 def offset_reset(cfg: ProbeConfig) -> str | None:

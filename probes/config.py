@@ -26,6 +26,7 @@ owns (``transactional.id``, ``group.id``) cannot be overridden.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 from collections.abc import Callable, Mapping
@@ -106,6 +107,17 @@ def _name(v: str) -> str | None:
     return None if ok else f"use letters, digits, '-' and '_' only, got {v!r}"
 
 
+# The issue-23 contract's pattern, shared with the monitor: a Prometheus label value that is
+# also safe in file names and alert text.
+_CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def _cluster(v: str) -> str | None:
+    ok = _CLUSTER.fullmatch(v)
+    return None if ok else ("use 1-63 letters, digits, '.', '_' and '-', starting with a "
+                            f"letter or digit, got {v!r}")
+
+
 def _topic(v: str) -> str | None:
     ok = v and len(v) <= 200 and all(c.isalnum() or c in "-_." for c in v)
     return None if ok else f"not a valid Kafka topic name: {v!r}"
@@ -130,6 +142,8 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     # identity
+    Setting("cluster", _str, "local", "name of the probed cluster: the 'cluster' label of "
+            "every probe metric", _cluster),
     Setting("name", _str, None, "probe name (default: host name); op events carry "
             "'<name>.<run>' with a fresh run tag per start", _name),
     Setting("topic_prefix", _str, None, "probe topics are '<prefix>.<n>' (default "
@@ -256,12 +270,14 @@ def load(
     file: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> ProbeConfig:
-    """Settings from defaults, the YAML ``file``, ``env`` (default os.environ), ``overrides``.
+    """Settings from ``defaults`` (the caller's, over the built-in ones), the YAML ``file``,
+    ``env`` (default os.environ), ``overrides``.
 
     Raises ConfigError naming the first bad setting.
     """
-    raw: dict[str, Any] = {}
+    raw: dict[str, Any] = {_known(k): v for k, v in (defaults or {}).items()}
     if file is not None:
         raw.update(read_file(file))
     raw.update(from_env(os.environ if env is None else env))

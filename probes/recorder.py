@@ -99,8 +99,7 @@ class Recorder:
             meta.invoke_time = pending.invoke_time
             op = self._record(process, type_, pending.f, value, rebalance_log, meta)
         self.outcomes[f"{op.f} {type_}"] += 1
-        self.metrics.ops.labels(f=op.f, type=type_).inc()
-        self.metrics.op_duration.labels(f=op.f).observe((op.time - pending.invoke_time) / 1e9)
+        self.metrics.completed(op.f, type_, (op.time - pending.invoke_time) / 1e9, op.time / 1e9)
         return op
 
     def complete_abandoned(self, reason: str) -> int:

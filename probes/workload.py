@@ -66,7 +66,8 @@ class Workload:
         history: TextIO | None = None,
     ) -> None:
         self.cfg = cfg
-        self.metrics = metrics if metrics is not None else ProbeMetrics()
+        self.metrics = metrics if metrics is not None else ProbeMetrics(
+            identity=C.identity(cfg))
         self.probe_tag = V.probe_tag(cfg.probe_id)
         self.rng = random.Random(cfg.seed)
         self.stopping = threading.Event()

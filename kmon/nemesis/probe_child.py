@@ -80,12 +80,13 @@ class ProbeChild:
         return summary
 
     def sample(self, name: str, labels: dict[str, str]) -> float | None:
-        """One sample of the stopped probe's metrics (None: no such sample)."""
+        """One sample of the stopped probe's metrics (None: no such sample); ``labels`` need
+        not name the constant ones (``cluster``)."""
         from prometheus_client.parser import text_string_to_metric_families
 
         for family in text_string_to_metric_families(self.metrics_text):
             for s in family.samples:
-                if s.name == name and s.labels == labels:
+                if s.name == name and labels.items() <= s.labels.items():
                     return float(s.value)
         return None
 
@@ -121,13 +122,12 @@ def _child_main(overrides: dict[str, str], history: str, conn: Any, dump_after: 
     from prometheus_client import generate_latest
 
     from kmon.probes import config as probe_config
-    from kmon.probes.metrics import ProbeMetrics
     from kmon.probes.workload import Workload
 
     try:
         cfg = probe_config.load(env={}, overrides=overrides)
         with open(history, "w") as f:
-            wl = Workload(cfg, ProbeMetrics(), f)
+            wl = Workload(cfg, history=f)  # its own metrics, labelled as the probe's
             wl.start()
             conn.send(("started", cfg.probe_id))
             with contextlib.suppress(EOFError):  # EOF: the parent is gone

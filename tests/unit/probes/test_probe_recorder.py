@@ -28,7 +28,7 @@ def metrics() -> ProbeMetrics:
 
 
 def sample(m: ProbeMetrics, name: str, **labels: str) -> float:
-    return m.registry.get_sample_value(name, labels) or 0.0
+    return m.registry.get_sample_value(name, {"cluster": m.identity.cluster, **labels}) or 0.0
 
 
 def test_ops_get_increasing_indices_and_times(metrics: ProbeMetrics) -> None:
