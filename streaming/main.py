@@ -37,11 +37,13 @@ _FLAGS = {
 }
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser, local_default: str = "") -> None:
+    """The monitor's flags; ``local_default`` says what a bare ``-b`` falls back to."""
     p.add_argument("--config", metavar="FILE",
                    help=f"YAML settings file (default: ${config.ENV_CONFIG})")
     p.add_argument("--bootstrap-servers", "-b", metavar="HOSTS",
-                   help="cluster holding the topics (kafka.bootstrap.servers)")
+                   help="cluster holding the topics (kafka.bootstrap.servers"
+                        f"{'; default: ' + local_default if local_default else ''})")
     p.add_argument("--events-topic", metavar="TOPIC", help="op events topic (topics.events)")
     p.add_argument("--checkpoint", metavar="PATH",
                    help="checkpoint location: a path, or hdfs:// s3a:// ... (checkpoint)")
@@ -95,9 +97,13 @@ RESTART_WINDOW_S = 600.0
 
 def run(cfg: config.MonitorConfig, stop: threading.Event | None = None) -> int:
     """Start the monitor and block until ``stop`` is set, a signal, or queries keep failing."""
+    from kmon import metrics_port
     from kmon.streaming.monitor import Monitor
     from kmon.streaming.session import build_spark_session
 
+    # Before Spark (tens of seconds) and the topics: a taken port fails at once.
+    if problem := metrics_port.bind_problem(cfg.metrics_port, cfg.metrics_host):
+        raise config.ConfigError(problem)
     stop = stop or threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -9,6 +9,8 @@ import argparse
 import importlib
 import sys
 
+from kmon import __version__
+
 # Module names under kmon.cli, in the order `kmon --help` lists them.
 SUBCOMMANDS = [
     "setup",
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kmon",
         description="Online anomaly monitor for Kafka and Kafka-compatible clusters.",
     )
+    parser.add_argument("--version", action="version", version=f"kmon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in SUBCOMMANDS:
         importlib.import_module(f"kmon.cli.{name}").register(sub)

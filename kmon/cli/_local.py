@@ -53,3 +53,15 @@ def errors_as_usage() -> Iterator[None]:
         raise UsageError(str(exc)) from exc
     except (ClusterError, PrometheusError) as exc:
         raise SystemExit(f"kmon: {exc}") from exc
+
+
+# What `kmon probe` and `kmon monitor` fall back to when no bootstrap is given, for --help.
+LOCAL_CLUSTER_HELP = "the local stack's cluster (`kmon cluster up`, at KMON_PORT_BASE)"
+
+
+def local_bootstrap() -> str:
+    """The local stack's ``bootstrap.servers``: what a bare `kmon probe`/`kmon monitor` uses."""
+    from kmon import env
+    from kmon.local.ports import Ports
+
+    return Ports(env.port_base()).bootstrap

@@ -18,20 +18,21 @@ SUMMARY = "Run the Spark Structured Streaming monitor over the op events topic."
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from kmon.cli._local import LOCAL_CLUSTER_HELP
     from kmon.streaming.main import add_arguments
 
     p = sub.add_parser("monitor", help=SUMMARY, description=__doc__.split(": ", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
+    add_arguments(p, local_default=LOCAL_CLUSTER_HELP)
     p.set_defaults(func=run)
 
 
 def _local_defaults() -> dict[str, str]:
     """The local stack's cluster and a checkpoint under KMON_HOME, for a bare `kmon monitor`."""
     from kmon import env
-    from kmon.local.ports import Ports
+    from kmon.cli._local import local_bootstrap
 
-    return {"kafka.bootstrap.servers": Ports(env.port_base()).bootstrap,
+    return {"kafka.bootstrap.servers": local_bootstrap(),
             "checkpoint": str(env.kmon_home() / "monitor" / "checkpoint")}
 
 
@@ -47,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = main.load_config(args, defaults=_local_defaults())
+    try:  # main.run too: a setting found bad at start (the metrics port in use)
+        return main.run(main.load_config(args, defaults=_local_defaults()))
     except (ConfigError, SettingError) as e:
         raise UsageError(str(e)) from None
-    return main.run(cfg)

@@ -2,7 +2,9 @@
 
 Every op goes to the events topic as an Avro op event (and, with --history, to a .jsonl file
 that `kmon check` reads). Settings come from --config (YAML), KMON_PROBE_* environment variables
-and flags, in increasing precedence; `--help-settings` lists them all. SIGTERM or Ctrl-C stops
+and flags, in increasing precedence; `--help-settings` lists them all. Without a bootstrap
+(-b, the file or KMON_PROBE_KAFKA_BOOTSTRAP_SERVERS) it probes the local cluster (`kmon cluster
+up`), as a bare `kmon monitor` monitors it. SIGTERM or Ctrl-C stops
 it cleanly: in-flight ops finish (or are reported info), a final catch-up read runs, events are
 flushed, and a JSON summary is printed on stdout.
 """
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kmon.cli import UsageError
+from kmon.cli._local import LOCAL_CLUSTER_HELP, local_bootstrap
+from kmon.env import SettingError
 
 SUMMARY = "Run the continuous Jepsen-style probe workload against a cluster."
 
@@ -41,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, metavar="FILE", help="YAML settings file")
     p.add_argument("--bootstrap-servers", "-b", metavar="HOSTS",
-                   help="the cluster to probe (kafka.bootstrap.servers)")
+                   help=f"the cluster to probe (kafka.bootstrap.servers; default: "
+                        f"{LOCAL_CLUSTER_HELP})")
     p.add_argument("--name", help="probe name (default: host name)")
     p.add_argument("--processes", type=int, metavar="N", help="logical processes (default 4)")
     p.add_argument("--rate", type=float, metavar="OPS", help="target ops/s (default 50)")
@@ -91,27 +96,37 @@ def run(args: argparse.Namespace) -> int:
     level = logging.getLevelName(args.log_level.upper())
     logging.getLogger("kmon.probes.librdkafka").setLevel(
         level if level == logging.DEBUG else logging.CRITICAL)
-    try:
-        cfg = probe_config.load(args.config, overrides=overrides_from_args(args))
-    except probe_config.ConfigError as e:
+    try:  # lowest precedence: any bootstrap in the file or environment wins
+        cfg = probe_config.load(args.config, overrides=overrides_from_args(args),
+                                defaults={"kafka.bootstrap.servers": local_bootstrap()})
+    except SettingError as e:  # a ConfigError, or a bad KMON_PORT_BASE
         raise UsageError(str(e)) from e
     return _run(cfg)
 
 
+def _serve_metrics(cfg: Any) -> Any:
+    """The probe's metrics, served before anything else starts (a taken port fails fast)."""
+    from kmon import metrics_port
+    from kmon.probes.clients import identity
+    from kmon.probes.metrics import ProbeMetrics
+
+    metrics = ProbeMetrics(identity=identity(cfg))
+    try:
+        metrics.serve(cfg.metrics_port, cfg.metrics_addr)
+    except OSError as e:
+        raise UsageError(metrics_port.problem(cfg.metrics_port, cfg.metrics_addr, e)) from None
+    return metrics
+
+
 def _run(cfg: Any) -> int:
     from kmon.probes.config import ConfigError
-    from kmon.probes.metrics import ProbeMetrics
     from kmon.probes.workload import Workload
 
-    metrics = ProbeMetrics()
+    metrics = _serve_metrics(cfg)
     with ExitStack() as stack:
         history = None
         if cfg.history:
             history = stack.enter_context(open(cfg.history, "w", encoding="utf-8"))
-        try:
-            metrics.serve(cfg.metrics_port, cfg.metrics_addr)
-        except OSError as e:
-            raise UsageError(f"metrics.port: cannot serve on {cfg.metrics_port}: {e}") from e
         wl = Workload(cfg, metrics, history)
         try:
             wl.start()

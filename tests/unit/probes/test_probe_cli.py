@@ -27,7 +27,6 @@ B = ["-b", "127.0.0.1:1"]
     ([*B, "--set", "txn_share=2"], "txn_share:"),
     ([*B, "--set", "nonsense"], "--set expects NAME=VALUE"),
     ([*B, "--set", "consumer.group.id=g"], "consumer.group.id:"),
-    ([], "kafka.bootstrap.servers:"),
 ])
 def test_bad_settings_exit_2_naming_the_setting(
     argv: list[str], setting: str, capsys: pytest.CaptureFixture,
