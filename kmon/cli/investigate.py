@@ -175,13 +175,20 @@ def _evidence(args: argparse.Namespace, conf: dict[str, Any],
 
 def _ops_window(evidence: Evidence, emitted: float | None, at: float | None,
                 margin: float) -> TimeWindow | None:
-    """The span of event time to read op events over: around the times the record names,
-    else around its emitted time (or --at); None (the whole topic) when no time is known."""
+    """The span of Kafka timestamps to read op events over: from the earliest time the record
+    names to when the record was emitted (or the latest time it names), with ``margin`` on both
+    sides; around its emitted time (or --at) when it names none; None (the whole topic) when no
+    time is known.
+
+    The end is the emission because a probe may produce an op event long after the op (its
+    buffer held it while the events topic was unavailable), but the monitor had read every
+    event of a verdict before emitting it."""
     from kmon.investigate.evidence import wall_times
     from kmon.investigate.timewindow import around_times
 
-    times = wall_times(evidence) or [t for t in (emitted, at) if t is not None][:1]
-    return around_times(times, margin)
+    named = wall_times(evidence)
+    known = [t for t in (emitted, at) if t is not None][:1]
+    return around_times(named + known if named else known, margin)
 
 
 def _investigate(args: argparse.Namespace, conf: dict[str, Any], evidence: Evidence,

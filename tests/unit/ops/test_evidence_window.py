@@ -155,6 +155,22 @@ def test_wall_times_of_a_record_and_the_ops_window() -> None:
     assert wall_times(synthetic) == [] and around_times([], 300) is None
 
 
+def test_the_ops_window_reaches_the_records_emission() -> None:
+    """Op events a probe produced late (buffered while the events topic was away) carry Kafka
+    timestamps after their ops: the window runs to when the monitor emitted the verdict, by
+    which time it had read them all."""
+    from kmon.cli.investigate import _ops_window
+
+    ns = int(NOW * 1e9)
+    ev = parse_evidence(record(ops=[{"index": 1, "time": ns - 600 * 10**9}],
+                               decided_time=ns - 590 * 10**9))
+    assert _ops_window(ev, NOW, None, 60) == TimeWindow(NOW - 660, NOW + 60)
+    assert _ops_window(ev, None, None, 60) == TimeWindow(NOW - 660, NOW - 530)
+    nameless = parse_evidence(record(ops=[{"index": 1, "time": 4030}]))
+    assert _ops_window(nameless, NOW, None, 60) == TimeWindow(NOW - 60, NOW + 60)
+    assert _ops_window(nameless, None, None, 60) is None
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--since", "soon"], "--since 'soon' is not a duration"),
     (["--at", "noon"], "--at 'noon' is neither unix seconds nor an ISO-8601 time"),
