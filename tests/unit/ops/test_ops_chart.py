@@ -69,6 +69,11 @@ def by_kind(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
 
 
+def workloads(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The pods' owners by name: Deployments, and the probes' StatefulSet."""
+    return {**by_kind(objs, "Deployment"), **by_kind(objs, "StatefulSet")}
+
+
 def monitor_settings(objs: list[dict[str, Any]]) -> dict[str, Any]:
     """The monitor's settings file as the chart rendered it."""
     return yaml.safe_load(by_kind(objs, "ConfigMap")["t-kmon-config"]["data"]["monitor.yaml"])
@@ -124,7 +129,7 @@ def _containers(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], d
     """(owner, pod security context, container) of every workload container, Spark's included."""
     out = []
     for o in objs:
-        if o["kind"] == "Deployment":
+        if o["kind"] in ("Deployment", "StatefulSet"):
             pod = o["spec"]["template"]["spec"]
             out += [(o["metadata"]["name"], pod["securityContext"], c) for c in pod["containers"]]
         elif o["kind"] == "SparkApplication":
@@ -151,7 +156,7 @@ def test_every_container_is_non_root_without_capabilities(helm: str, values: Pat
 
 
 def test_probe_and_client_mode_monitor_have_resource_requests(helm: str) -> None:
-    deployments = by_kind(objects(helm, *BASE), "Deployment")
+    deployments = workloads(objects(helm, *BASE))
     assert set(deployments) == {"t-kmon-probe", "t-kmon-monitor"}
     for d in deployments.values():
         for c in d["spec"]["template"]["spec"]["containers"]:
@@ -192,7 +197,7 @@ def test_local_master_needs_no_api_access(helm: str) -> None:
     assert monitor_settings(objs)["checkpoint"] == "s3a://kmon-checkpoints/prod"
     assert by_kind(objs, "Role") == {} and by_kind(objs, "PersistentVolumeClaim") == {}
     assert "t-kmon-driver" not in by_kind(objs, "Service")
-    assert "t-kmon-probe" not in by_kind(objs, "Deployment")
+    assert "t-kmon-probe" not in workloads(objs)
     assert "executor-pod-template.yaml" not in by_kind(objs, "ConfigMap")["t-kmon-spark"]["data"]
 
 
@@ -228,7 +233,7 @@ def test_sasl_ssl_with_mutual_tls(helm: str) -> None:
         "ssl.key.location=/etc/kmon/kafka-tls/tls.key",
     ]
     assert all("s3cret" not in text for text in data.values())
-    probe = by_kind(objs, "Deployment")["t-kmon-probe"]["spec"]["template"]["spec"]
+    probe = workloads(objs)["t-kmon-probe"]["spec"]["template"]["spec"]
     env = env_of(probe["containers"][0])
     assert env["KMON_SASL_PASSWORD"] == {"secretKeyRef": {"name": "t-kmon-kafka",
                                                           "key": "password"}}
@@ -407,7 +412,7 @@ def _pods(helm: str, root: Path, secrets: dict[str, dict[str, str]], *args: str
           ) -> dict[str, Pod]:
     objs = objects(helm, *args)
     found = {n.removeprefix("t-kmon-"): d["spec"]["template"]["spec"]["containers"][0]
-             for n, d in by_kind(objs, "Deployment").items()}
+             for n, d in workloads(objs).items()}
     for app in by_kind(objs, "SparkApplication").values():
         found["monitor"] = {**app["spec"]["driver"], "arguments": app["spec"]["arguments"]}
     return {name: Pod(root / name, objs, c, secrets) for name, c in found.items()}
@@ -575,3 +580,27 @@ def test_dockerfile_copies_only_what_the_build_context_keeps() -> None:
 
 def test_dockerfile_entrypoint_is_valid_bash() -> None:
     assert subprocess.run(["bash", "-n", str(ROOT / "docker" / "entrypoint.sh")]).returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Stable probe identity (issue 24): the name is the pod's, which a StatefulSet keeps
+
+
+def test_probes_are_a_statefulset_named_after_their_pods(helm: str) -> None:
+    objs = objects(helm, *BASE, "--set", "probe.replicas=3")
+    assert "t-kmon-probe" not in by_kind(objs, "Deployment")
+    sts = by_kind(objs, "StatefulSet")["t-kmon-probe"]["spec"]
+    assert sts["replicas"] == 3 and sts["podManagementPolicy"] == "Parallel"
+    assert sts["serviceName"] in by_kind(objs, "Service")
+    env = env_of(sts["template"]["spec"]["containers"][0])
+    # t-kmon-probe-0, -1, -2 across every restart and rollout: topics reused, never leaked
+    assert env["KMON_PROBE_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_an_explicit_probe_name_overrides_the_pod_name(helm: str) -> None:
+    objs = objects(helm, *BASE, "--set", "probe.extraEnv[0].name=KMON_PROBE_NAME",
+                   "--set", "probe.extraEnv[0].value=eu-canary")
+    container = by_kind(objs, "StatefulSet")["t-kmon-probe"]["spec"]["template"]["spec"][
+        "containers"][0]
+    # Kubernetes takes the last of duplicate names, as env_of does
+    assert env_of(container)["KMON_PROBE_NAME"] == "eu-canary"
