@@ -185,6 +185,9 @@ SETTINGS: tuple[Setting, ...] = (
             _between(1, 32)),
     Setting("create_topics", _bool, True, "create probe topics; false: only use existing "
             "'<prefix>.<n>' topics (no key rotation beyond them)"),
+    Setting("coverage", _bool, True, "keep every broker present leading at least one live "
+            "key (preferred leader elections, topics with explicit replica assignments), "
+            "checked every metadata refresh; false: only measure it"),
     Setting("delete_retired_topics", _bool, True, "delete a probe topic once all its keys "
             "are retired and drained"),
     Setting("drain_time", _float, 60.0, "seconds a retired topic is still read before it is "

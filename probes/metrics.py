@@ -97,6 +97,10 @@ class ProbeMetrics:
         self.keys_live = self._single(Gauge, "kmon_probe_keys_live",
                                       "Keys (topic-partitions) currently written and read.")
         self.up = self._single(Gauge, "kmon_probe_up", "1 while the workload loop runs.")
+        self.brokers = self._labelled(
+            Gauge, "kmon_probe_brokers",
+            "Brokers in the metadata (present) and those leading a live key (covered).",
+            ["state"])
 
     def _declare_identity(self) -> None:
         ident = self.identity
@@ -115,6 +119,10 @@ class ProbeMetrics:
         self.op_duration.labels(f=f).observe(duration_s)
         if type_ == "ok" and f in SUCCESS_FS:
             self.last_success.labels(f=f).set(at_s)
+
+    def coverage(self, present: int, covered: int) -> None:
+        self.brokers.labels(state="present").set(present)
+        self.brokers.labels(state="covered").set(covered)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Expose the registry over HTTP (a daemon thread); port 0 serves nothing.

@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kmon.probes import clients as C
 from kmon.probes import values as V
 from kmon.probes.config import ProbeConfig
+from kmon.probes.coverage import Coverage
 from kmon.probes.keyspace import KeySpace
 from kmon.probes.metrics import ProbeMetrics
 from kmon.probes.outcome import error_name
@@ -134,7 +135,7 @@ class Workload:
         if cfg.catchup_interval > 0:
             self._next_catchup = self.started_at + cfg.catchup_interval
         self.metrics.up.set(1)
-        self.metrics.keys_live.set(self.keyspace.writable_count())
+        self._publish_keys()
         self._maintenance = threading.Thread(target=self._maintain, name="kmon-probe-upkeep",
                                              daemon=True)
         self._maintenance.start()
@@ -174,10 +175,16 @@ class Workload:
         while not self.stopping.wait(1.0):
             try:
                 self.keyspace.maintain(grace)
-                self.metrics.keys_live.set(self.keyspace.writable_count())
+                self._publish_keys()
                 self._watch_stuck(grace)
             except Exception:
                 log.exception("probe upkeep failed; retrying")
+
+    def _publish_keys(self) -> None:
+        self.metrics.keys_live.set(self.keyspace.writable_count())
+        cov = self.keyspace.coverage
+        if cov is not None:
+            self.metrics.coverage(len(cov.present), len(cov.covered))
 
     def _watch_stuck(self, limit: float) -> None:
         """Log (once per op) where a process is stuck when an op outlives every timeout."""
@@ -322,7 +329,15 @@ class Workload:
             "abandoned_ops": self.abandoned,
             "processes_used": self._next_pid,
             "hung_clients": len(self.abandoned_clients),
+            "topics_created": self.keyspace.created,
+            "brokers": _brokers(self.keyspace.coverage),
         }
+
+
+def _brokers(cov: Coverage | None) -> dict[str, list[int]]:
+    if cov is None:
+        return {}
+    return {"present": sorted(cov.present), "covered": sorted(cov.covered)}
 
 
 def _share(counts: Counter[str], type_: str) -> float:

@@ -32,13 +32,14 @@ def _exercise(m: ProbeMetrics) -> None:
     m.client_errors.labels(code="_MSG_TIMED_OUT").inc()
     m.keys_live.set(8)
     m.up.set(1)
+    m.coverage(present=3, covered=3)
 
 
 def test_every_probe_metric_family_carries_the_cluster() -> None:
     m = _metrics()
     _exercise(m)
     families = list(m.registry.collect())
-    assert len(families) == 11
+    assert len(families) == 12
     for fam in families:
         assert fam.samples, fam.name
         for s in fam.samples:
@@ -101,3 +102,10 @@ def test_info_names_the_consumers_isolation_level(sets: tuple[str, ...], isolati
     assert _value(m, "kmon_probe_info", probe=cfg.probe_id, isolation=isolation,
                   version=kmon.__version__) == 1
     assert m.identity.cluster == "c1"
+
+
+def test_brokers_present_and_covered() -> None:
+    m = _metrics()
+    m.coverage(present=12, covered=11)
+    assert _value(m, "kmon_probe_brokers", state="present") == 12
+    assert _value(m, "kmon_probe_brokers", state="covered") == 11

@@ -193,6 +193,7 @@ def test_exported_metrics_are_exactly_the_documented_ones(metrics: ProbeMetrics)
     m.client_errors.labels(code="_MSG_TIMED_OUT").inc()
     m.keys_live.set(8)
     m.up.set(1)
+    m.coverage(present=3, covered=3)
     exported = {}
     for fam in m.registry.collect():
         name = fam.name + ("_total" if fam.type == "counter" else "")
