@@ -68,6 +68,17 @@ class Pager:
             return [n for n in self.notifications
                     if n["status"] == "firing" and n["groupLabels"].get("alertname") == alertname]
 
+    def activations(self) -> dict[str, set[str]]:
+        """Alert fingerprint -> the distinct times it became active, over every firing
+        notification: a page repeated after a restart is a second activation."""
+        out: dict[str, set[str]] = {}
+        with self.lock:
+            for n in self.notifications:
+                for a in n["alerts"]:
+                    if a["status"] == "firing":
+                        out.setdefault(a["fingerprint"], set()).add(a["startsAt"])
+        return out
+
     def firing_names(self) -> list[str]:
         with self.lock:
             return [n["groupLabels"].get("alertname", "?") for n in self.notifications
@@ -139,9 +150,10 @@ def live(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
             events_topic=f"kmon-events-{run}", scrape_interval="2s", cluster=f"live-{run}",
             rule_files=[rule_file], alert_webhook=pager.url, alert_routing=ROUTING,
             # lagging readers (DeleteRecords then removes acknowledged, unread records)
+            # plain sends only: the fault's consequence is lost writes, nothing decided later
             probe_args=["--name", name, "--rate", "20", "--processes", "2",
                         "--set", "poll_share=0.2", "--set", "max_poll_records=1",
-                        "--set", "catchup_interval=0"],
+                        "--set", "catchup_interval=0", "--set", "txn_share=0"],
             monitor_args=["--set", f"topics.anomalies=kmon-anomalies-{run}",
                           "--set", f"topics.facts=kmon-facts-{run}",
                           "--set", f"topics.dead-letters=kmon-dead-letters-{run}"],
@@ -232,6 +244,7 @@ def test_the_pager_path(live: Live, local_cluster: LocalCluster) -> None:
     # Through the restart and the stall, the old verdict was never paged again.
     assert len(pager.firing(LOST)) == pages_before, pager.firing(LOST)
     assert [n for n in pager.firing_names() if n.startswith(rules.ANOMALY_ALERT_PREFIX)] == [LOST]
+    assert all(len(starts) == 1 for starts in pager.activations().values()), pager.activations()
 
     # 5. every broker paused: the probe is blind, and that pages
     for node in BROKER_IDS:
