@@ -90,9 +90,12 @@ def overview() -> dict[str, Any]:
         ts("Client errors", Target("probe_client_errors", "{{cluster}} {{code}}"), unit="ops",
            width=8),
         ts("Keys live", Target("probe_keys_live", "{{cluster}}"), width=8),
+        ts("Brokers covered", Target("probe_brokers", "{{cluster}} {{state}}"), width=8,
+           description="Brokers present, and those leading a live probe key (the worst "
+           "probe's): below present, loss there goes unseen (KmonProbeBrokersUncovered)."),
         ts("Since the last successful op", Target("probe_since_success", "{{cluster}} {{f}}"),
            unit="s", description="Exported from the probe's start: grows while nothing "
-           "succeeds (KmonProbeBlind).", width=24),
+           "succeeds (KmonProbeBlind).", width=16),
         Row("Monitor health"),
         ts("Input rate", Target("monitor_input_rate", "latest batch {{cluster}}"),
            Target("monitor_events_rate", "processed {{cluster}}"), unit="ops"),

@@ -12,6 +12,7 @@ rules of ``kmon.dashboards.rules``.
 from __future__ import annotations
 
 from kmon.checker.policy import allowed_anomalies
+from kmon.dashboards.rules import MONITOR_JOB, PROBE_JOB
 
 # Every selector starts with where: the cluster and the Prometheus targets chosen.
 WHERE = 'cluster=~"$cluster", namespace=~"$namespace", job=~"$job"'
@@ -19,6 +20,8 @@ C = f"{{{WHERE}}}"
 T = f'{WHERE}, topic=~"$topic"'
 TP = f'{T}, partition=~"$partition"'
 RI = "$__rate_interval"
+# kmon's scrape jobs (the Helm chart substitutes its serviceMonitor.jobs for these names).
+JOBS = f'job=~"{MONITOR_JOB}|{PROBE_JOB}"'
 
 
 def _allowed(isolation: str) -> str:
@@ -32,8 +35,8 @@ ALLOWED_RU = _allowed("read_uncommitted")
 # Template variable queries (Grafana's label_values).
 VARIABLES: dict[str, str] = {
     "cluster": "label_values(kmon_monitor_events_total, cluster)",
-    "namespace": 'label_values(up{cluster=~"$cluster", job=~"kmon-.*"}, namespace)',
-    "job": 'label_values(up{cluster=~"$cluster", job=~"kmon-.*"}, job)',
+    "namespace": f'label_values(up{{cluster=~"$cluster", {JOBS}}}, namespace)',
+    "job": f'label_values(up{{cluster=~"$cluster", {JOBS}}}, job)',
     "topic": f"label_values(kmon_unseen_values{C}, topic)",
     "partition": f'label_values(kmon_unseen_values{{{T}}}, partition)',
 }
@@ -90,10 +93,12 @@ OVERVIEW: dict[str, str] = {
         f"(rate(kmon_end_to_end_delay_seconds_bucket{{{T}}}[{RI}])))"
     ),
     # Probes
-    "targets_up": f'sum by (cluster, job) (up{{{WHERE}, job=~"kmon-.*"}})',
-    "targets_expected": f'count by (cluster, job) (up{{{WHERE}, job=~"kmon-.*"}})',
+    "targets_up": f"sum by (cluster, job) (up{{{WHERE}, {JOBS}}})",
+    "targets_expected": f"count by (cluster, job) (up{{{WHERE}, {JOBS}}})",
     "probes_up": f"sum by (cluster) (kmon_probe_up{C})",
     "probe_keys_live": f"sum by (cluster) (kmon_probe_keys_live{C})",
+    # The worst probe of each cluster: every probe covers every broker by itself.
+    "probe_brokers": f"min by (cluster, state) (kmon_probe_brokers{C})",
     "probe_op_rate": 'cluster_f_type:kmon_probe_ops:rate5m{cluster=~"$cluster"}',
     "probe_outcomes": f"sum by (cluster, type) (rate(kmon_probe_ops_total{C}[{RI}]))",
     "probe_since_success": (

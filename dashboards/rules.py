@@ -327,6 +327,24 @@ def _monitor_alerts(cfg: RuleConfig) -> tuple[Alert, ...]:
             ),
             anchor="KmonDeadLettersRising",
         ),
+        Alert(
+            name="KmonOutputTopicSingleReplica",
+            group="kmon-monitor",
+            # One copy where the cluster could hold several: one disk loses the evidence.
+            expr=(f"min by (cluster, topic) (kmon_monitor_output_topic_replicas{cfg.monitor()})"
+                  " < 2\nand on (cluster)\n"
+                  f"max by (cluster) (kmon_monitor_brokers{cfg.monitor()}) > 1"),
+            for_="10m",
+            severity="warning",
+            summary=(f"kmon output topic {{{{ $labels.topic }}}} of cluster {CLUSTER} has a "
+                     "single replica"),
+            description=(
+                f"The monitor of cluster {CLUSTER} writes to {{{{ $labels.topic }}}}, which has "
+                "one replica on a cluster of several brokers: the evidence (or facts, or dead "
+                "letters) it holds is lost with that broker's disk."
+            ),
+            anchor="KmonOutputTopicSingleReplica",
+        ),
     )
 
 
@@ -338,6 +356,7 @@ def _probe_alerts(cfg: RuleConfig) -> tuple[Alert, ...]:
     up = f"up{cfg.probe()}"
     ops = "kmon_probe_ops_total"
     writes, ok, sends_polls = 'f=~"send|txn"', 'type="ok"', 'f=~"send|poll"'
+    present, covered = 'state="present"', 'state="covered"'
     share = (f"sum by ({PROBE_BY}) (rate({ops}{cfg.probe(writes, ok)}[5m]))\n"
              f"  / sum by ({PROBE_BY}) (rate({ops}{cfg.probe(writes)}[5m]))")
     last_ok = (f"time() - max by ({PROBE_BY}, f) "
@@ -403,6 +422,24 @@ def _probe_alerts(cfg: RuleConfig) -> tuple[Alert, ...]:
                 "leader, so no partition is probed."
             ),
             anchor="KmonProbeNoLiveKeys",
+        ),
+        Alert(
+            name="KmonProbeBrokersUncovered",
+            group="kmon-probe",
+            # Brokers present minus those leading a live key: loss on the rest goes unseen.
+            expr=(f"max by ({PROBE_BY}) (kmon_probe_brokers{cfg.probe(present)})\n"
+                  f"  - max by ({PROBE_BY}) (kmon_probe_brokers{cfg.probe(covered)})\n  > 0"),
+            for_=cfg.blind_for,
+            severity="warning",
+            summary=(f"kmon probe {PROBE_WHO} of cluster {CLUSTER}: {{{{ $value }}}} brokers "
+                     "lead no probed partition"),
+            description=(
+                f"For {cfg.blind_for}, {{{{ $value }}}} brokers of cluster {CLUSTER} have led "
+                f"no live key of probe {PROBE_WHO}: data loss or stalls on them would go "
+                "unseen. The probe elects its keys' preferred leaders back and creates topics "
+                "placed on uncovered brokers; this says it could not."
+            ),
+            anchor="KmonProbeBrokersUncovered",
         ),
         Alert(
             name="KmonProbeDroppingEvents",

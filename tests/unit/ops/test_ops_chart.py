@@ -17,23 +17,15 @@ import pytest
 import yaml
 
 from kmon.dashboards import generate, rules, tools
+from tests.chart import CHART, KUBE_VERSION, ROOT, TLS_FILES, Pod, by_kind, env_of, objects, render
+from tests.chart import pods as _pods
+from tests.chart import tool as _tool
 from tests.helpers import missing_tool
 
-ROOT = Path(__file__).resolve().parents[3]
-CHART = ROOT / "helm" / "kmon"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 SPARK_SCHEMA = Path(__file__).parent / "schemas"
-KUBE_VERSION = "1.34.0"  # helm built by `go install` defaults to v1.20, below kubeVersion
 BASE = ["--set", "kafka.bootstrapServers=kafka:9092", "--set", "cluster=prod-eu"]
 CRD_TEMPLATE = "{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"
-
-
-def _tool(name: str) -> str:
-    path = tools.find(name)
-    if path is None:
-        missing_tool(name, "run `make setup` (kmon dashboards install-tools "
-                     "go-installs it into $KMON_CACHE/bin)")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -52,23 +44,6 @@ def kubeconform() -> list[str]:
             "-schema-location", f"{SPARK_SCHEMA}/{CRD_TEMPLATE}"]
 
 
-def render(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [helm, "template", "t", str(CHART), "--namespace", "obs", "--kube-version", KUBE_VERSION,
-         *args], capture_output=True, text=True)
-    if check:
-        assert done.returncode == 0, done.stderr
-    return done
-
-
-def objects(helm: str, *args: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(render(helm, *args).stdout) if d]
-
-
-def by_kind(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
-    return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
-
-
 def workloads(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The pods' owners by name: Deployments, and the probes' StatefulSet."""
     return {**by_kind(objs, "Deployment"), **by_kind(objs, "StatefulSet")}
@@ -77,10 +52,6 @@ def workloads(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def monitor_settings(objs: list[dict[str, Any]]) -> dict[str, Any]:
     """The monitor's settings file as the chart rendered it."""
     return yaml.safe_load(by_kind(objs, "ConfigMap")["t-kmon-config"]["data"]["monitor.yaml"])
-
-
-def env_of(container: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,6 +301,10 @@ def test_renamed_jobs_are_what_the_rules_select(helm: str) -> None:
                      for r in g["rules"])
     assert 'job="kafka-prod-kmon-monitor"' in exprs and 'job="kafka-prod-kmon-probe"' in exprs
     assert f'job="{rules.MONITOR_JOB}"' not in exprs and f'job="{rules.PROBE_JOB}"' not in exprs
+    objs = objects(helm, *BASE, "--set", "grafanaDashboards.enabled=true",
+                   "--set", "serviceMonitor.jobs.monitor=kafka-prod-kmon-monitor")
+    overview = by_kind(objs, "ConfigMap")["t-kmon-dashboards"]["data"]["kmon-overview.json"]
+    assert 'job=~\\"kafka-prod-kmon-monitor|kmon-probe\\"' in overview
 
 
 def test_dashboards_config_map_carries_the_generated_dashboards(helm: str) -> None:
@@ -347,43 +322,8 @@ def test_optional_objects_are_off_by_default(helm: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # What the deployed programs read: the rendered args, environment and files fed to the real
-# loaders of `kmon probe` and `kmon monitor`, in a pod file system simulated under tmp_path.
-
-TLS_FILES = {"ca.crt": "CA\n", "tls.crt": "-----BEGIN CERTIFICATE-----\nC\n",
-             "tls.key": "-----BEGIN PRIVATE KEY-----\nK\n"}
-
-
-class Pod:
-    """A rendered container as it runs: mounts under ``root``, env as Kubernetes resolves it."""
-
-    def __init__(self, root: Path, objs: list[dict[str, Any]], container: dict[str, Any],
-                 secrets: dict[str, dict[str, str]]) -> None:
-        self.root = root
-        for name, text in by_kind(objs, "ConfigMap")["t-kmon-config"]["data"].items():
-            self._write(f"/etc/kmon/config/{name}", text)
-        for name, text in TLS_FILES.items():
-            self._write(f"/etc/kmon/kafka-tls/{name}", text)
-        secrets = {**secrets, **{n: s["stringData"] for n, s in by_kind(objs, "Secret").items()}}
-        self.env = {e["name"]: self._value(e, secrets) for e in container.get("env", [])}
-        self.args = [self.path(a) for a in container.get("args", container.get("arguments"))]
-
-    @staticmethod
-    def _value(var: dict[str, Any], secrets: dict[str, dict[str, str]]) -> str:
-        if "value" in var:
-            return var["value"]
-        if ref := var["valueFrom"].get("secretKeyRef"):
-            return secrets[ref["name"]][ref["key"]]
-        return "t-kmon-monitor-0"  # a fieldRef: the pod's name
-
-    def path(self, text: str) -> str:
-        """A container path as the test's file system has it."""
-        return text.replace("/etc/kmon/", f"{self.root}/etc/kmon/")
-
-    def _write(self, container_path: str, text: str) -> None:
-        f = Path(self.path(container_path))
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(self.path(text))
-
+# loaders of `kmon probe` and `kmon monitor`, in a pod file system simulated under tmp_path
+# (tests.chart.Pod; tests/integration/test_sasl_ssl.py runs them against a SASL_SSL broker).
 
 def _probe_settings(pod: Pod) -> Any:
     from kmon.cli import build_parser
@@ -406,16 +346,6 @@ def _monitor_settings(pod: Pod, monkeypatch: pytest.MonkeyPatch) -> Any:
         monkeypatch.setenv(var, value)
     args = build_parser().parse_args(pod.args)
     return main.load_config(args, defaults=_local_defaults())  # as `kmon monitor` does
-
-
-def _pods(helm: str, root: Path, secrets: dict[str, dict[str, str]], *args: str
-          ) -> dict[str, Pod]:
-    objs = objects(helm, *args)
-    found = {n.removeprefix("t-kmon-"): d["spec"]["template"]["spec"]["containers"][0]
-             for n, d in workloads(objs).items()}
-    for app in by_kind(objs, "SparkApplication").values():
-        found["monitor"] = {**app["spec"]["driver"], "arguments": app["spec"]["arguments"]}
-    return {name: Pod(root / name, objs, c, secrets) for name, c in found.items()}
 
 
 def test_probe_and_monitor_read_what_the_chart_sets_sasl_ssl(
@@ -580,6 +510,275 @@ def test_dockerfile_copies_only_what_the_build_context_keeps() -> None:
 
 def test_dockerfile_entrypoint_is_valid_bash() -> None:
     assert subprocess.run(["bash", "-n", str(ROOT / "docker" / "entrypoint.sh")]).returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Production deployment: checkpoint volume and S3A, Strimzi's Secrets, disruption budgets,
+# executors' pull secrets and resources, the `helm test` hook.
+
+STRIMZI_CA = "my-cluster-cluster-ca-cert"
+# The Secrets exactly as Strimzi creates them: the cluster CA, a KafkaUser `kmon` with
+# authentication scram-sha-512, the same KafkaUser with authentication tls.
+STRIMZI_SECRETS = {
+    STRIMZI_CA: {"ca.crt": "-----BEGIN CERTIFICATE-----\nCLUSTER-CA\n",
+                 "ca.p12": "P12", "ca.password": "p12pw"},
+    "kmon": {"password": "scram-pw",
+             "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+                                 'required username="kmon" password="scram-pw";'},
+}
+STRIMZI_TLS_USER = {"ca.crt": "-----BEGIN CERTIFICATE-----\nCLIENTS-CA\n",
+                    "user.crt": "-----BEGIN CERTIFICATE-----\nUSER-CERT\n",
+                    "user.key": "-----BEGIN PRIVATE KEY-----\nUSER-KEY\n",
+                    "user.p12": "P12", "user.password": "p12pw"}
+STRIMZI_SCRAM = [*BASE, "--set", "kafka.securityProtocol=SASL_SSL",
+                 "--set", "kafka.sasl.existingSecret=kmon", "--set", "kafka.sasl.username=kmon",
+                 "--set", f"kafka.tls.caSecret={STRIMZI_CA}"]
+STRIMZI_MTLS = CHART / "ci" / "strimzi-s3a-values.yaml"
+
+
+def _pod_specs(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Pod specs by role: probe, monitor (driver), executor (template or SparkApplication)."""
+    specs = {n.removeprefix("t-kmon-"): d["spec"]["template"]["spec"]
+             for n, d in workloads(objs).items()}
+    for app in by_kind(objs, "SparkApplication").values():
+        specs["monitor"] = {**app["spec"]["driver"], "volumes": app["spec"]["volumes"]}
+        specs["executor"] = {**app["spec"]["executor"], "volumes": app["spec"]["volumes"]}
+    spark = by_kind(objs, "ConfigMap").get("t-kmon-spark", {}).get("data", {})
+    if "executor-pod-template.yaml" in spark:
+        specs["executor"] = yaml.safe_load(spark["executor-pod-template.yaml"])["spec"]
+    return specs
+
+
+def _tls_mount(spec: dict[str, Any], secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The files of /etc/kmon/kafka-tls as Kubernetes projects them from ``secrets``."""
+    volume = next(v for v in spec["volumes"] if v["name"] == "kafka-tls")
+    if "secret" in volume:  # every key of one Secret, as a file of its name
+        return dict(secrets[volume["secret"]["secretName"]])
+    return {item["path"]: secrets[src["secret"]["name"]][item["key"]]
+            for src in volume["projected"]["sources"] for item in src["secret"]["items"]}
+
+
+def _mount(pod: Pod, files: dict[str, str]) -> None:
+    """Replace the Pod's stand-in TLS files with what the rendered volume really projects."""
+    folder = Path(pod.path("/etc/kmon/kafka-tls"))
+    for old in folder.glob("*"):
+        old.unlink()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+
+
+@pytest.mark.parametrize(("args", "modes"), [
+    (["--set", "monitor.spark.master=local[2]"], ["ReadWriteOnce"]),
+    ([], ["ReadWriteMany"]),  # executors on other pods mount it too
+    (["--set", "monitor.mode=operator"], ["ReadWriteMany"]),
+    (["--set", "monitor.spark.master=local[2]",
+      "--set", "monitor.checkpoint.persistence.accessModes={ReadWriteOncePod}"],
+     ["ReadWriteOncePod"]),
+])
+def test_checkpoint_access_mode_follows_the_spark_mode(helm: str, args: list[str],
+                                                       modes: list[str]) -> None:
+    pvc = by_kind(objects(helm, *BASE, *args), "PersistentVolumeClaim")["t-kmon-checkpoint"]
+    assert pvc["spec"]["accessModes"] == modes
+
+
+def test_strimzi_scram_user_and_cluster_ca_reach_probe_and_monitor(
+        helm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    objs = objects(helm, *STRIMZI_SCRAM, "--set", "kafka.sasl.mechanism=SCRAM-SHA-512")
+    assert by_kind(objs, "Secret") == {}  # Strimzi's own Secrets, no copy
+    pods = _pods(helm, tmp_path, STRIMZI_SECRETS, *STRIMZI_SCRAM)
+    specs = _pod_specs(objs)
+    for role in ("probe", "monitor", "executor"):
+        assert _tls_mount(specs[role], STRIMZI_SECRETS) == {
+            "ca.crt": STRIMZI_SECRETS[STRIMZI_CA]["ca.crt"]}, role
+    for name, pod in pods.items():
+        _mount(pod, _tls_mount(specs[name], STRIMZI_SECRETS))
+    probe = _probe_settings(pods["probe"])
+    ca = f"{tmp_path}/probe/etc/kmon/kafka-tls/ca.crt"
+    assert probe.client_settings("producer") == {
+        "bootstrap.servers": "kafka:9092", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "kmon", "sasl.password": "scram-pw",
+        "ssl.ca.location": ca, "ssl.endpoint.identification.algorithm": "https"}
+    assert Path(ca).read_text() == STRIMZI_SECRETS[STRIMZI_CA]["ca.crt"]
+    monitor = _monitor_settings(pods["monitor"], monkeypatch)
+    assert (monitor.producer()["sasl.username"], monitor.producer()["sasl.password"]) == (
+        "kmon", "scram-pw")
+    options = monitor.kafka_options()
+    assert options["kafka.sasl.jaas.config"] == STRIMZI_SECRETS["kmon"]["sasl.jaas.config"]
+    assert Path(options["kafka.ssl.truststore.location"]).read_text() == (
+        STRIMZI_SECRETS[STRIMZI_CA]["ca.crt"])
+    assert not any("keystore" in k for k in options)
+
+
+def test_strimzi_tls_user_gives_the_client_certificate(
+        helm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {STRIMZI_CA: STRIMZI_SECRETS[STRIMZI_CA], "kmon": STRIMZI_TLS_USER,
+               "kmon-s3": {"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "SK"}}
+    objs = objects(helm, "-f", str(STRIMZI_MTLS))
+    pods = _pods(helm, tmp_path, secrets, "-f", str(STRIMZI_MTLS))
+    specs = _pod_specs(objs)
+    # the cluster CA (which signed the brokers), not the clients CA in the KafkaUser's Secret
+    expected = {"ca.crt": STRIMZI_SECRETS[STRIMZI_CA]["ca.crt"],
+                "tls.crt": STRIMZI_TLS_USER["user.crt"], "tls.key": STRIMZI_TLS_USER["user.key"]}
+    for role in ("probe", "monitor", "executor"):
+        assert _tls_mount(specs[role], secrets) == expected, role
+    for name, pod in pods.items():
+        _mount(pod, _tls_mount(specs[name], secrets))
+    tls = f"{tmp_path}/probe/etc/kmon/kafka-tls"
+    probe = _probe_settings(pods["probe"])
+    assert probe.client_settings("producer") == {
+        "bootstrap.servers": "my-cluster-kafka-bootstrap.kafka:9093", "security.protocol": "SSL",
+        "ssl.ca.location": f"{tls}/ca.crt", "ssl.certificate.location": f"{tls}/tls.crt",
+        "ssl.key.location": f"{tls}/tls.key", "ssl.endpoint.identification.algorithm": "https"}
+    monitor = _monitor_settings(pods["monitor"], monkeypatch)
+    options = monitor.kafka_options()
+    assert options["kafka.ssl.keystore.certificate.chain"] == STRIMZI_TLS_USER["user.crt"]
+    assert options["kafka.ssl.keystore.key"] == STRIMZI_TLS_USER["user.key"]
+    # ... and the checkpoint on the S3-compatible store, with the Secret's keys
+    assert monitor.checkpoint == "s3a://kmon-checkpoints/my-cluster"
+    assert {k: v for k, v in monitor.spark_conf.items() if k.startswith("hadoop.")} == {
+        "hadoop.fs.s3a.endpoint": "http://minio.storage:9000",
+        "hadoop.fs.s3a.endpoint.region": "us-east-1",
+        "hadoop.fs.s3a.path.style.access": "true",
+        "hadoop.fs.s3a.aws.credentials.provider":
+            "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"}
+    assert (pods["monitor"].env["AWS_ACCESS_KEY_ID"],
+            pods["monitor"].env["AWS_SECRET_ACCESS_KEY"]) == ("AKID", "SK")
+    assert env_of(specs["executor"]["containers"][0])["AWS_SECRET_ACCESS_KEY"] == {
+        "secretKeyRef": {"name": "kmon-s3", "key": "AWS_SECRET_ACCESS_KEY"}}
+    assert "AWS_ACCESS_KEY_ID" not in pods["probe"].env
+    assert by_kind(objs, "PersistentVolumeClaim") == {}
+
+
+def test_sasl_secret_key_names_are_configurable(helm: str, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {"creds": {"user": "u2", "pass": "pw2"}}
+    pods = _pods(helm, tmp_path, secrets, *BASE, "--set", "kafka.securityProtocol=SASL_PLAINTEXT",
+                 "--set", "kafka.sasl.existingSecret=creds", "--set", "kafka.sasl.usernameKey=user",
+                 "--set", "kafka.sasl.passwordKey=pass")
+    probe = _probe_settings(pods["probe"])
+    assert (probe.client_settings("producer")["sasl.username"],
+            probe.client_settings("producer")["sasl.password"]) == ("u2", "pw2")
+    monitor = _monitor_settings(pods["monitor"], monkeypatch)
+    assert 'username="u2" password="pw2"' in monitor.kafka_options()["kafka.sasl.jaas.config"]
+
+
+def test_legacy_tls_secret_still_gives_all_three_files(helm: str) -> None:
+    objs = objects(helm, "-f", str(CHART / "ci" / "operator-sasl-ssl-values.yaml"))
+    legacy = {"kafka-tls": TLS_FILES}
+    for role, spec in _pod_specs(objs).items():
+        assert _tls_mount(spec, legacy) == TLS_FILES, role
+
+
+@pytest.mark.parametrize("mode", ["client", "operator"])
+def test_s3a_without_a_secret_uses_the_default_credentials_chain(helm: str, mode: str) -> None:
+    objs = objects(helm, *BASE, "--set", f"monitor.mode={mode}",
+                   "--set", "monitor.checkpoint.location=s3a://b/kmon")
+    settings = monitor_settings(objs)
+    assert settings["spark.hadoop.fs.s3a.aws.credentials.provider"] == (
+        "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider")  # IRSA's web identity
+    assert "spark.hadoop.fs.s3a.endpoint" not in settings  # AWS itself
+    for role, spec in _pod_specs(objs).items():
+        assert not any(k.startswith("AWS_") for c in spec.get("containers", [spec])
+                       for k in env_of(c)), role
+    # a path, not s3a: no S3A settings at all
+    assert not any("s3a" in k for k in monitor_settings(objects(helm, *BASE)))
+
+
+def test_operator_executors_get_s3a_credentials_and_resources(helm: str) -> None:
+    objs = objects(helm, *BASE, "--set", "monitor.mode=operator",
+                   "--set", "monitor.checkpoint.location=s3a://b/kmon",
+                   "--set", "monitor.checkpoint.s3a.credentials.existingSecret=s3",
+                   "--set", "monitor.checkpoint.s3a.credentials.accessKeyKey=id",
+                   "--set", "monitor.checkpoint.s3a.credentials.secretKeyKey=key",
+                   "--set", "monitor.spark.executorRequestCores=500m",
+                   "--set-string", "monitor.spark.executorLimitCores=2",
+                   "--set", "monitor.spark.executorMemoryOverhead=1g",
+                   "--set", "imagePullSecrets[0].name=regcred")
+    app = by_kind(objs, "SparkApplication")["t-kmon-monitor"]["spec"]
+    ex = app["executor"]
+    assert (ex["coreRequest"], ex["coreLimit"], ex["memoryOverhead"]) == ("500m", "2", "1g")
+    assert app["imagePullSecrets"] == ["regcred"]
+    for role in ("driver", "executor"):
+        assert env_of(app[role])["AWS_ACCESS_KEY_ID"] == {
+            "secretKeyRef": {"name": "s3", "key": "id"}}, role
+        assert env_of(app[role])["AWS_SECRET_ACCESS_KEY"] == {
+            "secretKeyRef": {"name": "s3", "key": "key"}}, role
+
+
+def test_executor_pod_template_has_pull_secrets_and_resources(helm: str) -> None:
+    objs = objects(helm, "-f", str(STRIMZI_MTLS))
+    template = _pod_specs(objs)["executor"]
+    assert template["imagePullSecrets"] == [{"name": "regcred"}]
+    assert template["containers"][0]["resources"] == {"limits": {"ephemeral-storage": "4Gi"}}
+    conf = by_kind(objs, "ConfigMap")["t-kmon-spark"]["data"]["spark-defaults.conf"]
+    for line in ("spark.kubernetes.executor.request.cores 500m",
+                 "spark.kubernetes.executor.limit.cores 2", "spark.executor.memoryOverhead 1g"):
+        assert line in conf.splitlines()
+    assert "imagePullSecrets" not in _pod_specs(objects(helm, *BASE))["executor"]
+
+
+def test_disruption_budgets_cover_the_probes_and_the_driver(helm: str) -> None:
+    objs = objects(helm, *BASE, "--set", "probe.replicas=3",
+                   "--set", "probe.podDisruptionBudget.maxUnavailable=1",
+                   "--set", "monitor.podDisruptionBudget.minAvailable=1")
+    pdbs = by_kind(objs, "PodDisruptionBudget")
+    assert set(pdbs) == {"t-kmon-probe", "t-kmon-monitor"}
+    assert pdbs["t-kmon-probe"]["spec"]["maxUnavailable"] == 1
+    assert pdbs["t-kmon-monitor"]["spec"] == {
+        "minAvailable": 1, "selector": pdbs["t-kmon-monitor"]["spec"]["selector"]}
+    deployments = workloads(objs)
+    for name, pdb in pdbs.items():
+        labels = deployments[name]["spec"]["template"]["metadata"]["labels"]
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items(), name
+    executor = _pod_specs(objs)["executor"]
+    executor_labels = yaml.safe_load(by_kind(objs, "ConfigMap")["t-kmon-spark"]["data"][
+        "executor-pod-template.yaml"])["metadata"]["labels"]
+    assert executor and not pdbs["t-kmon-monitor"]["spec"]["selector"]["matchLabels"].items() <= (
+        executor_labels.items())
+    # operator mode: the SparkApplication's driver pod carries the same labels
+    app = by_kind(objects(helm, *BASE, "--set", "monitor.mode=operator"), "SparkApplication")
+    assert pdbs["t-kmon-monitor"]["spec"]["selector"]["matchLabels"].items() <= (
+        app["t-kmon-monitor"]["spec"]["driver"]["labels"].items())
+    off = objects(helm, *BASE, "--set", "probe.podDisruptionBudget.enabled=false",
+                  "--set", "monitor.enabled=false")
+    assert by_kind(off, "PodDisruptionBudget") == {}
+
+
+def test_helm_test_hook_checks_the_cluster_with_the_probes_settings(helm: str) -> None:
+    from kmon.cli import build_parser
+
+    objs = objects(helm, *STRIMZI_SCRAM)
+    hook = by_kind(objs, "Pod")["t-kmon-test-connection"]
+    assert hook["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    spec, probe = hook["spec"], _pod_specs(objs)["probe"]
+    assert spec["restartPolicy"] == "Never"
+    # The probe's own settings file, environment and mounts (the loader tests above show what
+    # the probe reads from them), plus --check, which the real parser takes.
+    check, container = spec["containers"][0], probe["containers"][0]
+    assert check["args"] == [*container["args"], "--check"]
+    # all but the probe's name (its pod's, from the StatefulSet): --check creates no topic
+    env = [e for e in container["env"] if e["name"] != "KMON_PROBE_NAME"]
+    assert check["env"] == env and check["volumeMounts"] == container["volumeMounts"]
+    assert spec["volumes"] == probe["volumes"]
+    assert _tls_mount(spec, STRIMZI_SECRETS) == {"ca.crt": STRIMZI_SECRETS[STRIMZI_CA]["ca.crt"]}
+    args = build_parser().parse_args(check["args"])
+    assert (args.check, str(args.config)) == (True, "/etc/kmon/config/probe.yaml")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--set", "monitor.checkpoint.s3a.endpoint=minio:9000"], "does not match pattern"),
+    (["--set", "monitor.checkpoint.s3a.credentials.secretKey=x"],
+     "additional properties 'secretKey' not allowed"),
+    (["--set", "kafka.tls.certKey=user crt"], "does not match pattern"),
+    (["--set", "monitor.spark.executorRequestCores=half"], "does not match pattern"),
+    (["--set", "probe.podDisruptionBudget.maxUnavailable=-1"], "podDisruptionBudget"),
+    (["--set", "monitor.checkpoint.persistence.accessModes={ReadWriteAlways}"],
+     "value must be one of"),
+])
+def test_values_schema_rejects_bad_production_values(helm: str, args: list[str],
+                                                     message: str) -> None:
+    done = render(helm, *BASE, *args, check=False)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
 
 
 # ---------------------------------------------------------------------------------------------
