@@ -465,6 +465,33 @@ HEALTH_CASES: dict[str, list[dict[str, Any]]] = {
             "runbook_url": RUNBOOK + "KmonProbeNoLiveKeys",
         }),
     }],
+    "KmonProbeBrokersUncovered": [
+        {   # one of 3 brokers uncovered from 5m: `for: 5m` ends at 10m; $value counts them
+            "input_series": [
+                series("kmon_probe_brokers", {**PROBE, "state": "present"}, "3x20"),
+                series("kmon_probe_brokers", {**PROBE, "state": "covered"}, "3x4 2x16"),
+            ],
+            "alert_rule_test": edge("KmonProbeBrokersUncovered", "9m", "10m",
+                                    {**PROBE, "severity": "warning"}, {
+                "summary": "kmon probe probe-0:9465 of cluster prod-eu: 1 brokers lead no "
+                           "probed partition",
+                "description": "For 5m, 1 brokers of cluster prod-eu have led no live key of "
+                               "probe probe-0:9465: data loss or stalls on them would go "
+                               "unseen. The probe elects its keys' preferred leaders back and "
+                               "creates topics placed on uncovered brokers; this says it could "
+                               "not.",
+                "runbook_url": RUNBOOK + "KmonProbeBrokersUncovered",
+            }),
+        },
+        {   # a broker joins at 5m and is covered 4 minutes later: never for 5m, silent
+            "input_series": [
+                series("kmon_probe_brokers", {**PROBE, "state": "present"}, "3x4 4x16"),
+                series("kmon_probe_brokers", {**PROBE, "state": "covered"}, "3x8 4x12"),
+            ],
+            "alert_rule_test": [{"eval_time": t, "alertname": "KmonProbeBrokersUncovered",
+                                 "exp_alerts": []} for t in ("8m", "10m", "15m")],
+        },
+    ],
     "KmonProbeDroppingEvents": [{
         # 60 per minute from 5m: rate > 0 from 6m, fires at 11m
         "input_series": [series("kmon_probe_events_dropped_total", PROBE, "0x4 0+60x30")],
