@@ -97,6 +97,7 @@ class KeySpace:
                 raise RuntimeError(f"create_topics is off and no '{self.prefix}.<n>' topics exist")
             for n, (name, parts) in sorted(existing.items()):
                 self._add(Topic(name, n, parts))  # fixed topics: every start a full budget
+            self.refresh_coverage(force=True)  # measured only: nothing may be created
             return
         self._adopt(existing)
         deadline = time.monotonic() + timeout

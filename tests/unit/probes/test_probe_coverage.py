@@ -183,3 +183,13 @@ def test_assignment_puts_uncovered_first_and_spreads_followers() -> None:
     assert plan[0] == [4, 1, 2]
     with pytest.raises(ValueError):
         COV.assignment([1, 2], [], 4, 3)
+
+
+def test_fixed_topics_are_measured_not_remedied() -> None:
+    admin = FakeAdmin(range(1, 4))
+    admin.add("kmon-probe-t.0", [[1, 2, 3]])
+    ks = KeySpace(_cfg(create_topics=False), admin)
+    ks.start()
+    _refresh(ks, 5)
+    assert ks.coverage == COV.Coverage(frozenset({1, 2, 3}), frozenset({1}))
+    assert admin.creates == [] and admin.elections == []
