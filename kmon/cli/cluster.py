@@ -89,6 +89,9 @@ def _down(cluster: LocalCluster, args: argparse.Namespace) -> int:
 
 def _status(cluster: LocalCluster, args: argparse.Namespace) -> int:
     print(f"home: {cluster.root}  bootstrap: {cluster.bootstrap}")
+    if cluster.sasl_ssl_listener:
+        print(f"sasl_ssl bootstrap: {cluster.sasl_ssl_bootstrap}  "
+              f"(SCRAM-SHA-512, CA {cluster.ca_path})")
     return 0 if _print_status(cluster) else 1
 
 

@@ -11,6 +11,11 @@ cached, with all of its state under ``<KMON_HOME>/kafka/broker-<N>/``::
 The fault verbs act on one node by id: ``pause``/``resume`` (SIGSTOP/SIGCONT), ``kill``
 (SIGKILL) and ``start`` (the same config and data dir). Several clusters coexist on one machine
 when each has its own ``KMON_HOME`` and ``KMON_PORT_BASE``.
+
+Besides the PLAINTEXT listener everything else uses, each broker has a SASL_SSL listener
+(SCRAM-SHA-512 over TLS, ``sasl_ssl_bootstrap``) for clients configured as in production: its
+certificates are made at ``up`` under ``<KMON_HOME>/kafka/tls/`` (``kmon.local.tls``), its
+users with ``create_scram_user``.
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    ClusterMetadata,
+    NewTopic,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
 from kmon import env
 from kmon.env import SettingError
@@ -39,17 +51,20 @@ from kmon.local import procs
 from kmon.local.artifacts import installed_kafka
 from kmon.local.java import find_java
 from kmon.local.kafka_config import (
+    SCRAM_MECHANISM,
     broker_properties,
     load_config_defs,
     render_properties,
     validate_overrides,
 )
 from kmon.local.ports import BROKER_IDS, Ports
+from kmon.local.tls import TlsFiles, ensure_tls
 
 HERE = Path(__file__).resolve().parent
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 READY_TOPIC = "kmon-ready"
+SCRAM_ITERATIONS = 4096  # Kafka's minimum for SCRAM-SHA-512: logins cost the least CPU
 
 # Three brokers, Spark and the tests share 2 cores: small heaps; SerialGC (short pauses at
 # this heap size, no extra GC threads); C1 only, which took about a third less CPU to bring
@@ -102,11 +117,13 @@ class LocalCluster:
         cache: str | os.PathLike[str] | None = None,
         jvm_opts: Iterable[str] | None = None,
         proxied_listener: bool = True,
+        sasl_ssl_listener: bool = True,
     ) -> None:
         self.home = env.kmon_home(home)
         # Each broker also listens for Toxiproxy (kmon.local.toxiproxy; ports in
         # kmon.local.ports); idle unless a client bootstraps through the proxies.
         self.proxied_listener = proxied_listener
+        self.sasl_ssl_listener = sasl_ssl_listener
         self.ports = Ports(env.port_base(port_base))
         self.overrides = dict(overrides or {})
         self.cache = env.kmon_cache(cache)
@@ -143,6 +160,33 @@ class LocalCluster:
     def proxied_bootstrap(self) -> str:
         """``bootstrap.servers`` through the Toxiproxy proxies (``kmon.local.toxiproxy``)."""
         return self.ports.proxied_bootstrap
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        """``bootstrap.servers`` of the SASL_SSL listeners (SCRAM-SHA-512, CA ``ca_path``)."""
+        return self.ports.sasl_ssl_bootstrap
+
+    @property
+    def tls(self) -> TlsFiles:
+        return TlsFiles(self.root / "tls")
+
+    @property
+    def ca_path(self) -> Path:
+        """The CA certificate that SASL_SSL clients trust (``ssl.ca.location``)."""
+        return self.tls.ca_cert
+
+    def sasl_ssl_client_config(self, username: str, password: str, **extra: Any
+                               ) -> dict[str, Any]:
+        """``client_config`` for the SASL_SSL listeners, logging in as ``username``."""
+        return self.client_config(**{
+            "bootstrap.servers": self.sasl_ssl_bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": SCRAM_MECHANISM,
+            "sasl.username": username,
+            "sasl.password": password,
+            "ssl.ca.location": str(self.ca_path),
+            **extra,
+        })
 
     def broker_address(self, node_id: int) -> str:
         return f"127.0.0.1:{self.ports.broker(_check_id(node_id))}"
@@ -193,6 +237,7 @@ class LocalCluster:
             wanted = render_properties(broker_properties(
                 n, self.ports, self.data_dir(n), self.overrides,
                 proxied_listener=self.proxied_listener,
+                sasl_ssl_keystore=self.tls.broker_pem(n) if self.sasl_ssl_listener else None,
             ))
             path = self.config_path(n)
             if n in running:
@@ -212,6 +257,8 @@ class LocalCluster:
         Idempotent: running nodes are left alone; paused nodes are resumed.
         """
         self.prepare()
+        if self.sasl_ssl_listener:
+            ensure_tls(self.tls, BROKER_IDS)
         self._format_storage()
         for n in BROKER_IDS:
             pid = self.pid(n)
@@ -396,6 +443,33 @@ class LocalCluster:
             **extra,
         }
 
+    def create_scram_user(self, name: str, password: str, timeout: float = 30.0) -> None:
+        """Create (or reset) a SCRAM-SHA-512 user for the SASL_SSL listeners.
+
+        KRaft keeps SCRAM credentials in the metadata log, so they are made through the Admin
+        API (here over PLAINTEXT, which needs no login) once the cluster is up, not with the
+        storage tool. Returns once every running broker knows the user: each applies the
+        metadata log on its own, and a login at one that has not yet would fail.
+        """
+        upsert = UserScramCredentialUpsertion(
+            name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
+            password.encode())
+        with self._any_admin() as admin:  # held until the result: its futures die with it
+            admin.alter_user_scram_credentials([upsert], request_timeout=timeout)[name].result(
+                timeout + 5)
+        for n in BROKER_IDS:
+            if self.state(n) == "running":
+                _wait_for(lambda n=n: self._knows_user(n, name), timeout,
+                          f"broker {n} to know SCRAM user {name}")
+
+    def _knows_user(self, node_id: int, name: str) -> bool:
+        with self.node_admin(node_id) as admin:
+            future = admin.describe_user_scram_credentials([name], request_timeout=5)[name]
+            try:
+                return bool(future.result(10).scram_credential_infos)
+            except KafkaException:  # not applied there yet (RESOURCE_NOT_FOUND)
+                return False
+
     def live_brokers(self, timeout: float = 10.0) -> set[int]:
         """Ids of the brokers the cluster metadata lists (registered, not fenced, not stopped).
 
@@ -486,6 +560,8 @@ class LocalCluster:
             ports.append(
                 (f"broker {node_id} proxied listener", self.ports.proxied_listener(node_id))
             )
+        if self.sasl_ssl_listener:
+            ports.append((f"broker {node_id} SASL_SSL listener", self.ports.sasl_ssl(node_id)))
         for name, port in ports:
             if procs.port_in_use(port):
                 raise SettingError(

@@ -118,6 +118,26 @@ def validate_overrides(overrides: Mapping[str, str], defs: Mapping[str, str]) ->
 # client bootstrapping through a proxy is handed proxy addresses for every broker.
 PROXIED_LISTENER = "PROXIED"
 
+# The listener for clients configured as in production (see kmon.local.ports): TLS with the
+# local CA (kmon.local.tls) and SCRAM-SHA-512 logins, required; credentials live in the KRaft
+# metadata log (``LocalCluster.create_scram_user``). No authorizer: an authenticated user may do
+# anything, as everyone may on PLAINTEXT, which the harness and the other tests keep using.
+SASL_SSL_LISTENER = "SASL_SSL"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+_SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+
+
+def sasl_ssl_properties(keystore: Path) -> dict[str, str]:
+    """The SASL_SSL listener's own settings (``listener.name.sasl_ssl.*``): a PEM key store
+    file with the broker's key and certificate chain, SCRAM-SHA-512 its only mechanism."""
+    prefix = f"listener.name.{SASL_SSL_LISTENER.lower()}."
+    return {
+        f"{prefix}ssl.keystore.type": "PEM",
+        f"{prefix}ssl.keystore.location": str(keystore),
+        f"{prefix}sasl.enabled.mechanisms": SCRAM_MECHANISM,
+        f"{prefix}{SCRAM_MECHANISM.lower()}.sasl.jaas.config": _SCRAM_LOGIN,
+    }
+
 
 def broker_properties(
     node_id: int,
@@ -125,12 +145,14 @@ def broker_properties(
     data_dir: Path,
     overrides: Mapping[str, str],
     proxied_listener: bool = False,
+    sasl_ssl_keystore: Path | None = None,
 ) -> dict[str, str]:
     """The full ``server.properties`` of one combined broker+controller node.
 
     ``proxied_listener``: also listen on the PROXIED port, advertising the Toxiproxy proxy
     (``LocalCluster`` turns it on; off here, the layout is the plain one). Broker-to-broker
     traffic always stays on PLAINTEXT, so proxy faults reach clients only.
+    ``sasl_ssl_keystore``: also listen on the SASL_SSL port with this PEM key store.
     """
     voters = ",".join(f"{n}@127.0.0.1:{ports.controller(n)}" for n in BROKER_IDS)
     listeners = [
@@ -143,6 +165,11 @@ def broker_properties(
         listeners.append(f"{PROXIED_LISTENER}://127.0.0.1:{ports.proxied_listener(node_id)}")
         advertised.append(f"{PROXIED_LISTENER}://127.0.0.1:{ports.proxy(node_id)}")
         protocols.append(f"{PROXIED_LISTENER}:PLAINTEXT")
+    if sasl_ssl_keystore is not None:
+        address = f"{SASL_SSL_LISTENER}://127.0.0.1:{ports.sasl_ssl(node_id)}"
+        listeners.append(address)
+        advertised.append(address)
+        protocols.append(f"{SASL_SSL_LISTENER}:SASL_SSL")
     props = {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
@@ -155,6 +182,8 @@ def broker_properties(
         "listener.security.protocol.map": ",".join(protocols),
         "log.dirs": str(data_dir),
     }
+    if sasl_ssl_keystore is not None:
+        props.update(sasl_ssl_properties(sasl_ssl_keystore))
     props.update(DEFAULTS)
     props.update(overrides)
     return props

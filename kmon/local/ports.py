@@ -7,6 +7,8 @@
     base + 6..8     Toxiproxy proxies in front of brokers 1..3 (``proxied_bootstrap``)
     base + 9        Toxiproxy's HTTP API
     base + 10..12   KRaft controller listeners of nodes 1..3
+    base + 13..15   Kafka SASL_SSL listeners of brokers 1..3 (SCRAM-SHA-512 over TLS, with the
+                    local CA; ``sasl_ssl_bootstrap``), for clients set up as in production
     base + 20       Prometheus
     base + 21       Alertmanager
     base + 22..29   reserved: Grafana
@@ -44,6 +46,10 @@ class Ports:
     def controller(self, node_id: int) -> int:
         return self.base + 10 + node_id - 1
 
+    def sasl_ssl(self, node_id: int) -> int:
+        """The broker's SASL_SSL listener."""
+        return self.base + 13 + node_id - 1
+
     @property
     def prometheus(self) -> int:
         return self.base + 20
@@ -65,6 +71,7 @@ class Ports:
             ports[f"broker {n} listener"] = self.broker(n)
             ports[f"controller {n} listener"] = self.controller(n)
             ports[f"broker {n} proxied listener"] = self.proxied_listener(n)
+            ports[f"broker {n} SASL_SSL listener"] = self.sasl_ssl(n)
         return ports
 
     def toxiproxy_ports(self) -> dict[str, int]:
@@ -76,6 +83,10 @@ class Ports:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.broker(n)}" for n in BROKER_IDS)
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.sasl_ssl(n)}" for n in BROKER_IDS)
 
     @property
     def proxied_bootstrap(self) -> str:

@@ -99,3 +99,20 @@ def test_broker_properties_layout_and_precedence(tmp_path: Path) -> None:
     assert props["log.dirs"] == str(tmp_path)
     assert props["min.insync.replicas"] == "3"  # the override beats kmon's default of 2
     assert props["offsets.topic.num.partitions"] == DEFAULTS["offsets.topic.num.partitions"]
+
+
+def test_the_sasl_ssl_listener_and_its_settings(defs: dict[str, str], tmp_path: Path) -> None:
+    pem = tmp_path / "broker-2.pem"
+    props = broker_properties(2, Ports(30000), tmp_path, {}, sasl_ssl_keystore=pem)
+    assert props["listeners"].endswith(",SASL_SSL://127.0.0.1:30014")
+    assert props["advertised.listeners"].endswith(",SASL_SSL://127.0.0.1:30014")
+    assert "SASL_SSL:SASL_SSL" in props["listener.security.protocol.map"].split(",")
+    assert props["inter.broker.listener.name"] == "PLAINTEXT"  # brokers among themselves
+    assert props["listener.name.sasl_ssl.ssl.keystore.location"] == str(pem)
+    # Every per-listener name, without its listener (and mechanism) prefix, is Kafka's own.
+    own = {k.removeprefix("listener.name.sasl_ssl.").removeprefix("scram-sha-512.")
+           for k in props if k.startswith("listener.name.sasl_ssl.")}
+    assert own == {"ssl.keystore.type", "ssl.keystore.location", "sasl.enabled.mechanisms",
+                   "sasl.jaas.config"}
+    assert own <= set(defs)
+    assert "SASL_SSL" not in broker_properties(2, Ports(30000), tmp_path, {})["listeners"]
