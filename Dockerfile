@@ -1,7 +1,10 @@
 # syntax=docker/dockerfile:1
 # The image the Helm chart runs: `kmon probe`, the `kmon monitor` Spark driver, and the Spark
 # executors it starts on Kubernetes. Python 3.11 (kmon's) on Debian bookworm, whose Java 17 is
-# Spark 4's JVM; Spark is pyspark's own distribution, with the Kafka connector on its classpath.
+# Spark 4's JVM; Spark is pyspark's own distribution, with the Kafka connector on its classpath,
+# and S3A for s3a:// checkpoints: hadoop-aws matching pyspark's Hadoop and the AWS SDK bundle it
+# pins (about 700 MB), moved into SPARK_HOME/jars, where driver and executor JVMs load them and
+# where `kmon monitor` finds S3A without kmon's cache.
 #
 #   docker build -t ghcr.io/kmon-dev/kmon:0.1.0 .
 #
@@ -29,7 +32,9 @@ RUN python -m venv /opt/kmon/venv \
     && /opt/kmon/venv/bin/kmon setup --no-prometheus \
     && cp /opt/kmon/cache/spark-kafka-*/jars/*.jar \
         /opt/kmon/venv/lib/python3.11/site-packages/pyspark/jars/ \
-    && rm -rf /opt/kmon/cache/kafka-* /opt/kmon/cache/m2
+    && mv /opt/kmon/cache/hadoop-aws-*/jars/*.jar \
+        /opt/kmon/venv/lib/python3.11/site-packages/pyspark/jars/ \
+    && rm -rf /opt/kmon/cache/kafka-* /opt/kmon/cache/hadoop-aws-* /opt/kmon/cache/m2
 
 FROM ${PYTHON_IMAGE}
 # hadolint ignore=DL3008

@@ -4,8 +4,14 @@ The connector (spark-sql-kafka-0-10 matching the installed pyspark, and the few 
 beyond pyspark's own) is fetched once by ``kmon setup`` and put on the classpath through
 ``spark.jars`` as file paths, so building a session never resolves anything over the network.
 
+S3A (``s3a://`` checkpoints: hadoop-aws matching pyspark's Hadoop and its AWS SDK bundle, also
+fetched by ``kmon setup``) goes on the driver JVM's own classpath (``spark.driver.extraClassPath``,
+which in local mode is the executors' too): Hadoop's FileSystem loader looks for ``s3a`` there,
+not in ``spark.jars``' class loader. An image with hadoop-aws in pyspark's ``jars/`` needs none.
+
 Environment: ``KMON_SPARK_MASTER`` (default ``local[2]``), ``KMON_SPARK_JARS`` (comma-separated
-jar paths, for a deployment that ships the connector itself instead of kmon's cache).
+jar paths, for a deployment that ships the connector, and S3A if it needs it, itself instead of
+kmon's cache).
 
 Under ``spark-submit`` (``launched_by_spark_submit``) the master and the jars are spark-submit's
 (``--master``, ``--packages``/``--jars``): the session then takes only kmon's other settings.
@@ -35,6 +41,19 @@ def connector_jars(cache: str | os.PathLike[str] | None = None) -> list[str]:
     return [str(p) for p in spark_kafka_jars(Path(cache) if cache else None)]
 
 
+def s3a_classpath(cache: str | os.PathLike[str] | None = None) -> list[str]:
+    """Jars that give the driver JVM ``s3a://``: none when ``KMON_SPARK_JARS`` is set (the
+    deployment ships its classpath) or pyspark already has hadoop-aws (the image), else the
+    cache's (a SettingError asking for `kmon setup` when missing)."""
+    if os.environ.get("KMON_SPARK_JARS"):
+        return []
+    from kmon.local.artifacts import _pyspark_jars, hadoop_aws_jars
+
+    if any(_pyspark_jars().glob("hadoop-aws-*.jar")):
+        return []
+    return [str(p) for p in hadoop_aws_jars(Path(cache) if cache else None)]
+
+
 def launched_by_spark_submit() -> bool:
     """True when spark-submit (or another JVM launcher) started this Python driver."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
@@ -61,6 +80,8 @@ def spark_conf(
         # The progress bar garbles the logs of `kmon run` and pytest; metrics report progress.
         "spark.ui.showConsoleProgress": "false",
     }
+    if jars is None and (s3a := s3a_classpath()):
+        settings["spark.driver.extraClassPath"] = os.pathsep.join(s3a)
     if master.startswith("local"):
         # Loopback only, like the rest of the local stack; avoids resolving the host name.
         settings["spark.driver.host"] = "127.0.0.1"
@@ -94,8 +115,8 @@ def build_spark_session(
     if launched_by_spark_submit():
         # spark-submit chose the master and shipped the jars: keep its choices.
         settings = spark_conf("submitted", checkpoint_location, [], conf)
-        for key in ("spark.master", "spark.jars"):
-            settings.pop(key)
+        for key in ("spark.master", "spark.jars", "spark.driver.extraClassPath"):
+            settings.pop(key, None)
         builder = SparkSession.builder.appName(app_name)
         for key, value in settings.items():
             builder = builder.config(key, value)

@@ -4,6 +4,8 @@
   plus the list of Kafka's broker settings (``config-defs.tsv``) asked from those jars;
 - the Spark Kafka connector matching the installed pyspark (``spark-kafka-pom.xml``) into
   ``$KMON_CACHE/spark-kafka-<v>/jars``, minus what pyspark already ships;
+- S3A for ``s3a://`` checkpoints: hadoop-aws matching pyspark's bundled Hadoop and the AWS SDK
+  bundle it pins (``hadoop-aws-pom.xml``) into ``$KMON_CACHE/hadoop-aws-<v>/jars``;
 - Prometheus and promtool from Debian's package, if missing.
 
 Each step is skipped when its output is complete for the same inputs, so a warm set-up makes
@@ -34,6 +36,7 @@ from kmon.local.java import check_java, find_java
 HERE = Path(__file__).resolve().parent
 KAFKA_POM = HERE / "kafka-pom.xml"
 SPARK_KAFKA_POM = HERE / "spark-kafka-pom.xml"
+HADOOP_AWS_POM = HERE / "hadoop-aws-pom.xml"
 DUMP_CONFIG_SRC = HERE / "DumpKafkaConfig.java"
 # Pinned so the resolution does not depend on whatever Maven's default plugin version is.
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
@@ -101,6 +104,26 @@ def spark_kafka_jars(cache: Path | None = None) -> list[Path]:
         raise SettingError(
             f"the Spark Kafka connector is not in the cache ({folder}): run `kmon setup`"
         )
+    return sorted(folder.glob("*.jar"))
+
+
+def hadoop_version() -> str:
+    """The Hadoop pyspark bundles, from its shaded client jar's name: hadoop-aws must match it
+    exactly (S3A calls Hadoop internals that change between releases)."""
+    for jar in _pyspark_jars().glob("hadoop-client-api-*.jar"):
+        return jar.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+    raise SettingError(f"pyspark ships no hadoop-client-api jar in {_pyspark_jars()}")
+
+
+def hadoop_aws_dir(cache: Path | None = None, version: str | None = None) -> Path:
+    return (cache or kmon_cache()) / f"hadoop-aws-{version or hadoop_version()}" / "jars"
+
+
+def hadoop_aws_jars(cache: Path | None = None) -> list[Path]:
+    """The cached S3A jars for pyspark's Hadoop, or a SettingError."""
+    folder = hadoop_aws_dir(cache)
+    if not (folder.parent / COMPLETE).is_file():
+        raise SettingError(f"S3A (hadoop-aws) is not in the cache ({folder}): run `kmon setup`")
     return sorted(folder.glob("*.jar"))
 
 
@@ -205,24 +228,44 @@ def _shipped(artifact: str, jar_names: list[str]) -> bool:
     return any(re.match(re.escape(artifact) + r"-\d", name) for name in jar_names)
 
 
-def fetch_spark_kafka(cache: Path, log: Log = print) -> list[Path]:
-    version = pyspark_version()
-    folder = spark_kafka_dir(cache, version)
-    fingerprint = _fingerprint(SPARK_KAFKA_POM, version)
+def _fetch_jars(pom: Path, folder: Path, props: dict[str, str], cache: Path) -> list[Path]:
+    """Resolve ``pom`` with ``props`` into ``folder``, minus the jars pyspark ships; once."""
+    fingerprint = _fingerprint(pom, *props.values())
     if _is_complete(folder.parent, fingerprint):
-        log(f"spark-sql-kafka {version}: cached at {folder}")
         return sorted(folder.glob("*.jar"))
-    log(f"spark-sql-kafka {version}: fetching the connector from Maven Central into {folder}")
     shipped = sorted(p.name for p in _pyspark_jars().glob("*.jar"))
     with _staging(folder.parent) as tmp:
         (tmp / "jars").mkdir()
-        for artifact, jar in _resolve(SPARK_KAFKA_POM, cache, tmp, {"spark.version": version}):
+        for artifact, jar in _resolve(pom, cache, tmp, props):
             if not _shipped(artifact, shipped):
-                shutil.copy2(jar, tmp / "jars" / jar.name)
+                _link_or_copy(jar, tmp / "jars" / jar.name)
         for leftover in ("pom.xml", "deps.txt"):
             (tmp / leftover).unlink()
         (tmp / COMPLETE).write_text(fingerprint + "\n")
     return sorted(folder.glob("*.jar"))
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    # A hard link where Maven's repository shares the file system: the SDK bundle is ~700 MB.
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def fetch_spark_kafka(cache: Path, log: Log = print) -> list[Path]:
+    version = pyspark_version()
+    folder = spark_kafka_dir(cache, version)
+    log(f"spark-sql-kafka {version}: {folder} (fetched from Maven Central when missing)")
+    return _fetch_jars(SPARK_KAFKA_POM, folder, {"spark.version": version}, cache)
+
+
+def fetch_hadoop_aws(cache: Path, log: Log = print) -> list[Path]:
+    version = hadoop_version()
+    folder = hadoop_aws_dir(cache, version)
+    log(f"hadoop-aws {version} (s3a://): {folder} (fetched from Maven Central when missing; "
+        "the AWS SDK bundle is about 700 MB)")
+    return _fetch_jars(HADOOP_AWS_POM, folder, {"hadoop.version": version}, cache)
 
 
 # Debian's packages and the commands each must put on PATH: Prometheus with promtool, and
@@ -291,6 +334,7 @@ def setup(cache: Path | None = None, prometheus: bool = True, log: Log = print) 
     with _cache_lock(cache):
         fetch_kafka(cache, log)
         fetch_spark_kafka(cache, log)
+        fetch_hadoop_aws(cache, log)
     if prometheus:
         ensure_prometheus(log)
     log(f"python: {sys.executable}")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from kmon.local.artifacts import _pyspark_jars, pyspark_version
-from kmon.streaming.session import DEFAULT_MASTER, connector_jars, spark_conf
+from kmon.streaming.session import DEFAULT_MASTER, connector_jars, s3a_classpath, spark_conf
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,3 +58,45 @@ def test_cached_connector_matches_pyspark_and_adds_only_what_it_lacks(
 def test_explicit_jars_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KMON_SPARK_JARS", "/opt/x.jar,/opt/y.jar")
     assert connector_jars() == ["/opt/x.jar", "/opt/y.jar"]
+
+
+# S3A (s3a:// checkpoints): hadoop-aws matching pyspark's own Hadoop, on the driver JVM's path.
+
+
+def test_cached_s3a_matches_pyspark_hadoop_and_goes_on_the_driver_classpath(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kmon.local.artifacts import hadoop_aws_jars, hadoop_version
+
+    monkeypatch.delenv("KMON_SPARK_JARS", raising=False)
+    version = hadoop_version()
+    assert (_pyspark_jars() / f"hadoop-client-api-{version}.jar").is_file()
+    names = {j.name for j in hadoop_aws_jars()}
+    assert f"hadoop-aws-{version}.jar" in names
+    assert any(re.fullmatch(r"bundle-2\.[\d.]+\.jar", n) for n in names)  # the AWS SDK v2
+    assert not names & {p.name for p in _pyspark_jars().glob("*.jar")}
+    classpath = spark_conf(master="local[2]")["spark.driver.extraClassPath"].split(os.pathsep)
+    assert {Path(j).name for j in classpath} == names and all(Path(j).is_file()
+                                                              for j in classpath)
+
+
+def test_no_s3a_classpath_when_the_deployment_ships_jars_or_pyspark_has_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    from kmon.local import artifacts
+
+    monkeypatch.setenv("KMON_SPARK_JARS", "/opt/x.jar")
+    assert s3a_classpath() == [] and "spark.driver.extraClassPath" not in spark_conf()
+    monkeypatch.delenv("KMON_SPARK_JARS")
+    (tmp_path / "hadoop-aws-3.5.0.jar").touch()  # the image: moved into SPARK_HOME/jars
+    monkeypatch.setattr(artifacts, "_pyspark_jars", lambda: tmp_path)
+    assert s3a_classpath() == []
+    assert "spark.driver.extraClassPath" not in spark_conf(jars=["/a.jar"])  # explicit jars
+
+
+def test_missing_s3a_jars_ask_for_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kmon.env import SettingError
+
+    monkeypatch.delenv("KMON_SPARK_JARS", raising=False)
+    with pytest.raises(SettingError, match=r"run `kmon setup`"):
+        s3a_classpath(tmp_path)
