@@ -63,6 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="any setting, e.g. --set txn_share=0.5 --set "
                         "consumer.isolation.level=read_uncommitted (repeatable)")
     p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
+    p.add_argument("--check", action="store_true",
+                   help="only check that the probed and the events clusters answer a metadata "
+                        "request with these settings (security included), then exit: 0 if "
+                        "both do, 1 naming the one that does not (the chart's `helm test`)")
     p.add_argument("--log-level", default="INFO", help="log level (default INFO)")
     p.set_defaults(func=run)
 
@@ -101,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
                                 defaults={"kafka.bootstrap.servers": local_bootstrap()})
     except SettingError as e:  # a ConfigError, or a bad KMON_PORT_BASE
         raise UsageError(str(e)) from e
+    if args.check:
+        from kmon.cli.probe_check import check
+
+        return check(cfg)
     return _run(cfg)
 
 

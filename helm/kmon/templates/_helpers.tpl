@@ -64,6 +64,39 @@ app.kubernetes.io/component: {{ . }}
 {{- default (printf "%s-kafka" (include "kmon.fullname" .)) .Values.kafka.sasl.existingSecret }}
 {{- end }}
 
+{{/* A client certificate is presented (mutual TLS): asked for, or a user Secret given. */}}
+{{- define "kmon.kafka.tls.client" -}}
+{{- or .Values.kafka.tls.clientCertificate (ne .Values.kafka.tls.userSecret "") }}
+{{- end }}
+
+{{/* SASL credentials as container environment, for each variable name prefix in .names
+(e.g. KMON_SASL_ -> KMON_SASL_USERNAME, KMON_SASL_PASSWORD). The chart's own Secret has keys
+username/password; an existing one has the keys usernameKey/passwordKey name, and the user
+name may be a value instead (Strimzi's KafkaUser Secret holds only the password: the user name
+is the KafkaUser's name). */}}
+{{- define "kmon.kafka.saslEnv" -}}
+{{- $sasl := .root.Values.kafka.sasl }}
+{{- $secret := include "kmon.kafka.secretName" .root }}
+{{- $userKey := ternary $sasl.usernameKey "username" (ne $sasl.existingSecret "") }}
+{{- $passKey := ternary $sasl.passwordKey "password" (ne $sasl.existingSecret "") }}
+{{- range .names }}
+- name: {{ . }}USERNAME
+{{- if and $sasl.existingSecret $sasl.username }}
+  value: {{ $sasl.username | quote }}
+{{- else }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $userKey }}
+{{- end }}
+- name: {{ . }}PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $passKey }}
+{{- end }}
+{{- end }}
+
 {{/* librdkafka security settings (probe clients, the monitor's driver producer, `kmon
 investigate`), as a YAML mapping: callers `fromYaml` it. Credentials are never in it. */}}
 {{- define "kmon.kafka.librdkafka" -}}
@@ -74,7 +107,7 @@ investigate`), as a YAML mapping: callers `fromYaml` it. Credentials are never i
 {{- if eq (include "kmon.kafka.tls" .) "true" }}
 {{- $_ := set $c "ssl.ca.location" "/etc/kmon/kafka-tls/ca.crt" }}
 {{- $_ := set $c "ssl.endpoint.identification.algorithm" (ternary "https" "none" .Values.kafka.tls.verifyHostname) }}
-{{- if .Values.kafka.tls.clientCertificate }}
+{{- if eq (include "kmon.kafka.tls.client" .) "true" }}
 {{- $_ := set $c "ssl.certificate.location" "/etc/kmon/kafka-tls/tls.crt" }}
 {{- $_ := set $c "ssl.key.location" "/etc/kmon/kafka-tls/tls.key" }}
 {{- end }}
@@ -101,7 +134,7 @@ resolves from the Secret-fed environment; PEM files (KIP-651) stand in for keyst
 {{- $_ := set $c "source.kafka.ssl.truststore.location" "/etc/kmon/kafka-tls/ca.crt" }}
 {{- /* Java disables host name checks with an empty algorithm, librdkafka with "none". */}}
 {{- $_ := set $c "source.kafka.ssl.endpoint.identification.algorithm" (ternary "https" "" .Values.kafka.tls.verifyHostname) }}
-{{- if .Values.kafka.tls.clientCertificate }}
+{{- if eq (include "kmon.kafka.tls.client" .) "true" }}
 {{- $_ := set $c "source.kafka.ssl.keystore.type" "PEM" }}
 {{- $_ := set $c "source.kafka.ssl.keystore.certificate.chain" "${file:/etc/kmon/kafka-tls/tls.crt}" }}
 {{- $_ := set $c "source.kafka.ssl.keystore.key" "${file:/etc/kmon/kafka-tls/tls.key}" }}
@@ -154,6 +187,9 @@ It only touches kmon's own topics, so it connects to the events cluster. */}}
 {{- $_ := set $c "topics.dead-letters" .Values.kafka.deadLetterTopic }}
 {{- $_ := set $c "checkpoint" (include "kmon.monitor.checkpoint" .) }}
 {{- $_ := set $c "metrics.port" .Values.monitor.metricsPort }}
+{{- range $key, $value := include "kmon.monitor.s3aConf" . | fromYaml }}
+{{- $_ := set $c $key $value }}
+{{- end }}
 {{- if eq .Values.monitor.mode "client" }}
 {{- /* In operator mode spark-submit sets the master. */}}
 {{- $_ := set $c "spark.master" (ternary "k8s://https://kubernetes.default.svc:443" .Values.monitor.spark.master (eq (include "kmon.monitor.k8sExecutors" .) "true")) }}
@@ -176,23 +212,11 @@ It only touches kmon's own topics, so it connects to the events cluster. */}}
 - name: KMON_KAFKA_CONFIG
   value: /etc/kmon/config/client.properties
 {{- if eq (include "kmon.kafka.sasl" .) "true" }}
-{{- $secret := include "kmon.kafka.secretName" . }}
-{{- range $var, $key := dict "KMON_SASL_USERNAME" "username" "KMON_SASL_PASSWORD" "password" "KMON_PROBE_KAFKA_SASL_USERNAME" "username" "KMON_PROBE_KAFKA_SASL_PASSWORD" "password" }}
-- name: {{ $var }}
-  valueFrom:
-    secretKeyRef:
-      name: {{ $secret }}
-      key: {{ $key }}
-{{- end }}
+{{- $names := list "KMON_SASL_" "KMON_PROBE_KAFKA_SASL_" }}
 {{- if $.Values.kafka.eventsBootstrapServers }}
-{{- range $var, $key := dict "KMON_PROBE_EVENTS_KAFKA_SASL_USERNAME" "username" "KMON_PROBE_EVENTS_KAFKA_SASL_PASSWORD" "password" }}
-- name: {{ $var }}
-  valueFrom:
-    secretKeyRef:
-      name: {{ $secret }}
-      key: {{ $key }}
+{{- $names = append $names "KMON_PROBE_EVENTS_KAFKA_SASL_" }}
 {{- end }}
-{{- end }}
+{{- include "kmon.kafka.saslEnv" (dict "root" . "names" $names) }}
 {{- end }}
 {{- end }}
 
@@ -201,9 +225,33 @@ It only touches kmon's own topics, so it connects to the events cluster. */}}
   configMap:
     name: {{ include "kmon.fullname" . }}-config
 {{- if eq (include "kmon.kafka.tls" .) "true" }}
+{{- $tls := .Values.kafka.tls }}
+{{- if not (or $tls.caSecret $tls.userSecret) }}
 - name: kafka-tls
   secret:
-    secretName: {{ required "kafka.tls.existingSecret is required with SSL and SASL_SSL" .Values.kafka.tls.existingSecret }}
+    secretName: {{ required "kafka.tls.existingSecret is required with SSL and SASL_SSL (or kafka.tls.caSecret)" $tls.existingSecret }}
+{{- else }}
+{{- /* One directory, fixed file names (ca.crt, tls.crt, tls.key) whatever Secrets and keys
+they come from: the CA and the user certificate may live apart (Strimzi: the cluster CA in
+<cluster>-cluster-ca-cert, the KafkaUser's user.crt/user.key in its own Secret). */}}
+- name: kafka-tls
+  projected:
+    sources:
+      - secret:
+          name: {{ required "kafka.tls.existingSecret is required with SSL and SASL_SSL (or kafka.tls.caSecret)" (default $tls.existingSecret $tls.caSecret) }}
+          items:
+            - key: {{ ternary $tls.caKey "ca.crt" (ne $tls.caSecret "") }}
+              path: ca.crt
+      {{- if eq (include "kmon.kafka.tls.client" .) "true" }}
+      - secret:
+          name: {{ required "kafka.tls.userSecret (or kafka.tls.existingSecret) is required with a client certificate" (default $tls.existingSecret $tls.userSecret) }}
+          items:
+            - key: {{ ternary $tls.certKey "tls.crt" (ne $tls.userSecret "") }}
+              path: tls.crt
+            - key: {{ ternary $tls.keyKey "tls.key" (ne $tls.userSecret "") }}
+              path: tls.key
+      {{- end }}
+{{- end }}
 {{- end }}
 - name: tmp
   emptyDir: {}
@@ -226,6 +274,63 @@ It only touches kmon's own topics, so it connects to the events cluster. */}}
 
 {{- define "kmon.monitor.k8sExecutors" -}}
 {{- and (eq .Values.monitor.mode "client") (eq .Values.monitor.spark.master "k8s") }}
+{{- end }}
+
+{{/* The checkpoint volume's access modes: as given, else what the Spark mode needs. Executors
+in other pods (the k8s master, operator mode) mount it too, which needs ReadWriteMany; a driver
+running everything itself (local[N]) needs ReadWriteOnce, which every cluster's default storage
+provides. */}}
+{{- define "kmon.monitor.accessModes" -}}
+{{- $p := .Values.monitor.checkpoint.persistence }}
+{{- if $p.accessModes }}
+{{- toYaml $p.accessModes }}
+{{- else if or (eq .Values.monitor.mode "operator") (eq (include "kmon.monitor.k8sExecutors" .) "true") }}
+- ReadWriteMany
+{{- else }}
+- ReadWriteOnce
+{{- end }}
+{{- end }}
+
+{{/* S3A, for an s3a:// checkpoint: Spark settings (spark.hadoop.fs.s3a.*) for monitor.yaml,
+read by driver and executors alike. Credentials: a Secret's access and secret keys as the AWS
+SDK's environment variables, or else the SDK's default chain (web identity from IRSA or EKS Pod
+Identity, then instance profiles...): S3A's own default list has no web identity. */}}
+{{- define "kmon.monitor.s3a" -}}
+{{- hasPrefix "s3a://" .Values.monitor.checkpoint.location }}
+{{- end }}
+
+{{- define "kmon.monitor.s3aConf" -}}
+{{- $c := dict }}
+{{- if eq (include "kmon.monitor.s3a" .) "true" }}
+{{- $s3 := .Values.monitor.checkpoint.s3a }}
+{{- $sdk := "software.amazon.awssdk.auth.credentials." }}
+{{- $provider := ternary "EnvironmentVariableCredentialsProvider" "DefaultCredentialsProvider" (ne $s3.credentials.existingSecret "") }}
+{{- $_ := set $c "spark.hadoop.fs.s3a.aws.credentials.provider" (print $sdk $provider) }}
+{{- with $s3.endpoint }}
+{{- $_ := set $c "spark.hadoop.fs.s3a.endpoint" . }}
+{{- end }}
+{{- with $s3.region }}
+{{- $_ := set $c "spark.hadoop.fs.s3a.endpoint.region" . }}
+{{- end }}
+{{- if $s3.pathStyleAccess }}
+{{- $_ := set $c "spark.hadoop.fs.s3a.path.style.access" "true" }}
+{{- end }}
+{{- end }}
+{{- toYaml $c }}
+{{- end }}
+
+{{/* The S3A credentials of driver and executors, from the Secret (none: the default chain). */}}
+{{- define "kmon.monitor.s3aEnv" -}}
+{{- $creds := .Values.monitor.checkpoint.s3a.credentials }}
+{{- if and (eq (include "kmon.monitor.s3a" .) "true") $creds.existingSecret }}
+{{- range $var, $key := dict "AWS_ACCESS_KEY_ID" $creds.accessKeyKey "AWS_SECRET_ACCESS_KEY" $creds.secretKeyKey }}
+- name: {{ $var }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $creds.existingSecret }}
+      key: {{ $key }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- define "kmon.monitor.checkpoint" -}}
