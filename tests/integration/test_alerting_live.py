@@ -173,16 +173,36 @@ def live(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
 
 def _children_alive(stack: LocalStack) -> bool:
     dead = stack.dead_children()
-    assert not dead, "\n".join(f"{c.name} exited: {c.log}" for c in dead)
+    assert not dead, "\n".join(f"{c.name} exited:\n{_tail(c.log)}" for c in dead)
     return True
 
 
+def _tail(log: Path, lines: int = 25) -> str:
+    text = log.read_text(errors="replace") if log.exists() else "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def _logs_on_failure(stack: LocalStack) -> Iterator[None]:
+    """A failed step says what the children logged last (their temp dirs do not last)."""
+    try:
+        yield
+    except AssertionError as e:
+        tails = "\n".join(f"--- {c.name} ({c.log}):\n{_tail(c.log)}" for c in stack.children)
+        raise AssertionError(f"{e}\n{tails}") from e
+
+
 def test_the_pager_path(live: Live, local_cluster: LocalCluster) -> None:
+    with _logs_on_failure(live.stack):
+        _pager_path(live, local_cluster)
+
+
+def _pager_path(live: Live, local_cluster: LocalCluster) -> None:
     p, pager, stack = live.prom, live.pager, live.stack
     # 1. healthy: the monitor checks the probe's events, nobody is paged
     wait_until(lambda: _children_alive(stack) and (
         p.value(f'sum(kmon_monitor_events_total{{cluster="{live.cluster}"}})') or 0) > 0,
-        "the monitor counts events", timeout=180)
+        "the monitor counts events", timeout=300)
     time.sleep(30)  # unread values accumulate behind the lagging readers
     assert pager.firing_names() == [], "a healthy start paged"
 
