@@ -113,11 +113,16 @@ class ProbeMetrics:
                                        "Unix time this probe process started.")
         self.start_time.set(self.started_at)
 
-    def completed(self, f: str, type_: str, duration_s: float, at_s: float) -> None:
-        """Count one completed op; ``at_s`` (unix seconds) is its completion time."""
+    def completed(self, f: str, type_: str, duration_s: float, at_s: float,
+                  read_records: bool = True) -> None:
+        """Count one completed op; ``at_s`` (unix seconds) is its completion time.
+
+        A poll is a success only when it returned records (``read_records``): a poll of an
+        unreachable cluster completes ok with nothing, and must not hide that the probe is blind.
+        """
         self.ops.labels(f=f, type=type_).inc()
         self.op_duration.labels(f=f).observe(duration_s)
-        if type_ == "ok" and f in SUCCESS_FS:
+        if type_ == "ok" and f in SUCCESS_FS and (read_records or f != "poll"):
             self.last_success.labels(f=f).set(at_s)
 
     def coverage(self, present: int, covered: int) -> None:

@@ -99,7 +99,8 @@ class Recorder:
             meta.invoke_time = pending.invoke_time
             op = self._record(process, type_, pending.f, value, rebalance_log, meta)
         self.outcomes[f"{op.f} {type_}"] += 1
-        self.metrics.completed(op.f, type_, (op.time - pending.invoke_time) / 1e9, op.time / 1e9)
+        self.metrics.completed(op.f, type_, (op.time - pending.invoke_time) / 1e9, op.time / 1e9,
+                               read_records=_read_records(op.value))
         return op
 
     def complete_abandoned(self, reason: str) -> int:
@@ -238,3 +239,11 @@ class Emitter:
             log.warning("%d of %d op events were dropped", self.dropped,
                         self.emitted + self.dropped - left)
         return left
+
+
+def _read_records(value: Any) -> bool:
+    """Whether an op's value holds a poll that returned at least one record."""
+    if not isinstance(value, list):
+        return False
+    return any(m[0] == "poll" and m[1] and any(m[1].values()) for m in value
+               if isinstance(m, tuple) and len(m) == 2)

@@ -80,10 +80,17 @@ def test_the_recorder_moves_last_success_when_an_op_completes_ok() -> None:
     rec.complete(0, "fail", None)
     assert _value(m, LAST, f="poll") == m.started_at
     rec.invoke(0, "poll", None)
-    op = rec.complete(0, "ok", [])
+    empty = rec.complete(0, "ok", [("poll", {})])  # an unreachable cluster: ok, nothing read
+    assert empty is not None
+    assert _value(m, LAST, f="poll") == m.started_at
+    rec.invoke(0, "poll", None)
+    op = rec.complete(0, "ok", [("poll", {3: [(0, 7)]})])
     assert op is not None
     assert _value(m, LAST, f="poll") == op.time / 1e9
-    assert _value(m, "kmon_probe_ops_total", f="poll", type="ok") == 1
+    assert _value(m, "kmon_probe_ops_total", f="poll", type="ok") == 2
+    rec.invoke(1, "send", None)
+    sent = rec.complete(1, "ok", [("send", 3, 8, 1)])
+    assert sent is not None and _value(m, LAST, f="send") == sent.time / 1e9
 
 
 def _cfg(*sets: str) -> probe_config.ProbeConfig:
