@@ -15,6 +15,9 @@ Keys (``KEYS`` has each key's meaning; ``docs/monitor.md`` the full table):
 - ``cluster``: the name of the monitored cluster, the ``cluster`` label of every metric and
   field of every evidence record;
 - ``topics.events``, ``topics.anomalies``, ``topics.facts``, ``topics.dead-letters``;
+- output topics the monitor creates: ``topics.replication.factor``,
+  ``topics.min.insync.replicas``, ``topics.retention.anomalies``/``.facts``/``.dead-letters``;
+- ``metrics.drained.after``: how long a settled key without events keeps its series;
 - timing: ``trigger``, ``watermark.delay``, ``grace``, ``unseen.grace``, ``max.future.skew``;
 - input: ``starting.offsets``, ``max.events.per.trigger``;
 - metrics: ``metrics.host``, ``metrics.port``;
@@ -51,6 +54,15 @@ KEYS: dict[str, tuple[Any, str]] = {
     "topics.anomalies": ("kmon-anomalies", "evidence records (output)"),
     "topics.facts": ("kmon-facts", "per-writer facts, stage 1 -> stage 2 (internal)"),
     "topics.dead-letters": ("kmon-dead-letters", "malformed op events, with the reason"),
+    "topics.replication.factor": ("auto", "replicas of the output topics the monitor creates "
+                                          "(auto: the smaller of 3 and the broker count)"),
+    "topics.min.insync.replicas": ("auto", "min.insync.replicas of the output topics it "
+                                           "creates (auto: replication factor - 1, at least 1)"),
+    "topics.retention.anomalies": ("30d", "retention of the anomalies topic it creates "
+                                          "(evidence; forever: never deleted)"),
+    "topics.retention.facts": ("7d", "retention of the facts topic it creates (stage 2 must "
+                                     "read them after a monitor outage)"),
+    "topics.retention.dead-letters": ("14d", "retention of the dead-letter topic it creates"),
     "trigger": ("1s", "micro-batch interval of both queries"),
     "watermark.delay": ("5s", "how late an event may arrive before the watermark passes it"),
     "grace": ("10s", "wait for late evidence before an absence verdict (lost writes, torn)"),
@@ -62,6 +74,8 @@ KEYS: dict[str, tuple[Any, str]] = {
                                         "(a restart after downtime) comes in bounded batches"),
     "metrics.host": ("0.0.0.0", "address the Prometheus endpoint binds"),
     "metrics.port": (9464, "port of the Prometheus endpoint (0: no endpoint)"),
+    "metrics.drained.after": ("1h", "a settled key (nothing left to judge) without events "
+                                    "this long loses its gauges and zero series"),
     "txn.trigger": ("5s", "micro-batch interval of stage 2 (transactions): every batch has a "
                           "fixed cost, and on few cores a busy stage 2 slows stage 1 down"),
     "txn.buckets": (TXN_BUCKETS, "stage 2 state groups per probe (writers are spread over them)"),
@@ -79,10 +93,10 @@ PREFIXES = {
 }
 
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?"
-                       r"|h|hours?)?\s*$")
+                       r"|h|hours?|d|days?)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60,
           "min": 60, "mins": 60, "minute": 60, "minutes": 60, "h": 3600, "hour": 3600,
-          "hours": 3600}
+          "hours": 3600, "d": 86400, "day": 86400, "days": 86400}
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # fullmatch
 
@@ -113,6 +127,66 @@ def _int(key: str, value: Any, lo: int, hi: int) -> int:
     return n
 
 
+AUTO = "auto"
+FOREVER = "forever"
+MAX_REPLICAS = 32767  # Kafka's replication factor is a 16-bit count
+
+
+@dataclass(frozen=True)
+class OutputTopics:
+    """How the monitor creates its output topics. None: decided from the cluster (``auto``).
+    Retentions in milliseconds, -1 forever (Kafka's ``retention.ms``)."""
+
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
+    retention_ms: dict[str, int] = field(default_factory=dict)  # topic -> retention.ms
+
+    def replicas_for(self, brokers: int) -> int:
+        """The replication factor to create with on a cluster of ``brokers``; ConfigError
+        naming both when more replicas are asked for than there are brokers."""
+        if self.replication_factor is None:
+            return max(1, min(3, brokers))
+        if self.replication_factor > brokers:
+            raise ConfigError(f"topics.replication.factor: {self.replication_factor} exceeds "
+                              f"the cluster's {brokers} broker(s)")
+        return self.replication_factor
+
+    def min_insync_for(self, replicas: int) -> int:
+        if self.min_insync_replicas is None:
+            return max(1, replicas - 1)
+        return self.min_insync_replicas
+
+
+def _auto_int(key: str, value: Any, lo: int, hi: int) -> int | None:
+    if value is None or str(value).strip().lower() == AUTO:
+        return None
+    return _int(key, value, lo, hi)
+
+
+def _retention_ms(key: str, value: Any) -> int:
+    if str(value).strip().lower() == FOREVER:
+        return -1
+    ms = round(parse_duration(key, value) * 1000)
+    if ms < 60_000:  # shorter would delete evidence before anyone reads it
+        raise ConfigError(f"{key}: must be at least 1min (or forever), got {value!r}")
+    return ms
+
+
+def output_topics(settings: Mapping[str, Any], names: Mapping[str, str]) -> OutputTopics:
+    """The output topics' settings; ``names``: retention key suffix -> topic name."""
+    rf = _auto_int("topics.replication.factor", settings["topics.replication.factor"], 1,
+                   MAX_REPLICAS)
+    isr = _auto_int("topics.min.insync.replicas", settings["topics.min.insync.replicas"], 1,
+                    MAX_REPLICAS)
+    if rf is not None and isr is not None and isr > rf:
+        raise ConfigError(f"topics.min.insync.replicas: {isr} exceeds "
+                          f"topics.replication.factor {rf}")
+    retention = {topic: _retention_ms(f"topics.retention.{suffix}",
+                                      settings[f"topics.retention.{suffix}"])
+                 for suffix, topic in names.items()}
+    return OutputTopics(rf, isr, retention)
+
+
 @dataclass(frozen=True)
 class MonitorConfig:
     bootstrap_servers: str
@@ -136,6 +210,8 @@ class MonitorConfig:
     txn_trigger_s: float
     txn_retention_s: float
     txn_max_writers: int
+    output: OutputTopics = field(default_factory=OutputTopics)
+    drained_after_s: float = 3600.0
     source_options: dict[str, str] = field(default_factory=dict)
     producer_config: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -300,6 +376,10 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
         txn_trigger_s=_positive("txn.trigger", settings["txn.trigger"]),
         txn_retention_s=parse_duration("txn.retention", settings["txn.retention"]),
         txn_max_writers=_int("txn.max.writers", settings["txn.max.writers"], 16, 1 << 24),
+        output=output_topics(settings, {"anomalies": str(settings["topics.anomalies"]),
+                                        "facts": str(settings["topics.facts"]),
+                                        "dead-letters": str(settings["topics.dead-letters"])}),
+        drained_after_s=_positive("metrics.drained.after", settings["metrics.drained.after"]),
         source_options=passthrough["source."],
         producer_config=passthrough["producer."],
         spark_conf=passthrough["spark."],

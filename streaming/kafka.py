@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from kmon.streaming.config import MonitorConfig
 
@@ -71,32 +71,120 @@ def events_partitions(cfg: MonitorConfig, stop: threading.Event | None = None,
                 raise InterruptedError("stopped while waiting for the events topic")
 
 
-def ensure_topics(cfg: MonitorConfig, timeout: float = 30.0) -> None:
-    """Create the anomalies, facts and dead-letter topics if they do not exist yet.
+class TopicReplicas(NamedTuple):
+    """An output topic's replica count as the cluster's metadata shows it (the fewest of any
+    partition's), and the cluster's broker count."""
 
-    Creation may be forbidden (ACLs) where an operator made them: that is only logged.
+    topic: str
+    replicas: int
+    brokers: int
+
+    @property
+    def single_copy(self) -> bool:
+        """Its data lives on one broker although the cluster could hold more copies."""
+        return self.replicas == 1 and self.brokers > 1
+
+
+def ensure_topics(cfg: MonitorConfig, timeout: float = 30.0) -> list[TopicReplicas]:
+    """Create the anomalies, facts and dead-letter topics if they do not exist yet, with the
+    configured replication factor, ``min.insync.replicas`` and retention, and return each
+    output topic's replicas (after creation). Existing topics are left as they are; one with
+    a single replica on a cluster of several brokers is logged as a warning.
+
+    Creation may be forbidden (ACLs) where an operator made them: that is only logged. More
+    replicas asked for than there are brokers raises ``ConfigError`` (nothing is created).
     """
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
 
     with AdminClient(_client_settings(cfg)) as admin:
         try:
-            existing = set(admin.list_topics(timeout=timeout).topics)
+            meta = admin.list_topics(timeout=timeout)
         except KafkaException as e:
             log.warning("could not list topics (%s); not creating output topics", e)
+            return []
+        brokers = len(meta.brokers)
+        replicas = cfg.output.replicas_for(brokers)
+        wanted = [t for t in _output_names(cfg) if t not in meta.topics]
+        if wanted:
+            _create(admin, cfg, wanted, replicas, timeout)
+            meta = _metadata_with(admin, wanted, timeout) or meta
+        found = [TopicReplicas(t, _replicas(meta.topics[t]), brokers)
+                 for t in _output_names(cfg) if t in meta.topics]
+    for t in found:
+        if t.single_copy:
+            log.warning("output topic %s has a single replica on a cluster of %d brokers: its "
+                        "records are lost with that broker's disk (raise its replication "
+                        "factor with kafka-reassign-partitions)", t.topic, t.brokers)
+    return found
+
+
+def check_replication(cfg: MonitorConfig, timeout: float = 10.0) -> None:
+    """Raise ``ConfigError`` if ``topics.replication.factor`` asks for more replicas than the
+    cluster has brokers: called before Spark starts, so a bad value fails at once. An
+    unreachable cluster is not an error here (``ensure_topics`` tries again)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    if cfg.output.replication_factor is None:
+        return
+    with AdminClient(_client_settings(cfg)) as admin:
+        try:
+            brokers = len(admin.list_topics(timeout=timeout).brokers)
+        except KafkaException as e:
+            log.warning("could not read the cluster's brokers (%s)", e)
             return
-        wanted = [t for t in (cfg.anomalies_topic, cfg.facts_topic, cfg.dead_letter_topic)
-                  if t not in existing]
-        if not wanted:
-            return
-        futures = admin.create_topics([NewTopic(t, num_partitions=OUTPUT_PARTITIONS)
-                                       for t in wanted], request_timeout=timeout)
-        for topic, fut in futures.items():
-            try:
-                fut.result(timeout + 5)
-                log.info("created topic %s", topic)
-            except KafkaException as e:
-                log.warning("could not create topic %s: %s", topic, e)
+    cfg.output.replicas_for(brokers)
+
+
+def _output_names(cfg: MonitorConfig) -> tuple[str, str, str]:
+    return (cfg.anomalies_topic, cfg.facts_topic, cfg.dead_letter_topic)
+
+
+def topic_settings(cfg: MonitorConfig, topic: str, replicas: int) -> dict[str, str]:
+    """The topic configs an output topic is created with."""
+    out = {"min.insync.replicas": str(cfg.output.min_insync_for(replicas))}
+    if topic in cfg.output.retention_ms:
+        out["retention.ms"] = str(cfg.output.retention_ms[topic])
+    return out
+
+
+def _create(admin: Any, cfg: MonitorConfig, topics: list[str], replicas: int,
+            timeout: float) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    new = [NewTopic(t, num_partitions=OUTPUT_PARTITIONS, replication_factor=replicas,
+                    config=topic_settings(cfg, t, replicas)) for t in topics]
+    for topic, fut in admin.create_topics(new, request_timeout=timeout).items():
+        try:
+            fut.result(timeout + 5)
+            log.info("created topic %s (%d replicas, %s)", topic, replicas,
+                     topic_settings(cfg, topic, replicas))
+        except KafkaException as e:
+            log.warning("could not create topic %s: %s", topic, e)
+
+
+def _metadata_with(admin: Any, topics: list[str], timeout: float) -> Any:
+    """Metadata once it shows ``topics`` (a new topic's partitions appear a moment later);
+    None if it still does not after a few tries."""
+    from confluent_kafka import KafkaException
+
+    for _ in range(10):
+        try:
+            meta = admin.list_topics(timeout=timeout)
+        except KafkaException:
+            meta = None
+        if meta is not None and all(meta.topics.get(t) is not None
+                                    and meta.topics[t].partitions for t in topics):
+            return meta
+        time.sleep(0.5)
+    return None
+
+
+def _replicas(topic_meta: Any) -> int:
+    parts = topic_meta.partitions.values()
+    return min((len(p.replicas) for p in parts), default=0)
 
 
 def end_offsets(cfg: MonitorConfig, topic: str, timeout: float = 30.0) -> str:

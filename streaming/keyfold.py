@@ -45,11 +45,13 @@ STATS = "stats"
 DEAD = "dead"
 
 # Output columns (processors.OUTPUT_SCHEMA gives their Spark types). ``broker``: the key's
-# leader broker id as its latest placement said (null: unknown).
+# leader broker id as its latest placement said (null: unknown). ``settled`` (stats rows, set
+# by the processor with the timer): nothing left to judge, so the key's series may be dropped
+# once it stays quiet (``metrics.MonitorMetrics.prune``).
 OUTPUT_COLUMNS = (
     "kind", "probe", "key", "topic", "part", "broker", "atype", "id", "verdict", "upd",
     "decided", "writer", "body", "unseen", "lag", "e2e", "e2e_sum", "frags", "state_bytes",
-    "raw",
+    "raw", "settled",
 )
 
 # 2: the extras carry the leader broker and the op index of the placement (1: neither).
@@ -253,7 +255,7 @@ class KeyFold:
             counts[bisect.bisect_left(bounds, d)] += 1
         worst = max((lag for _, lag in self.lags.values()), default=0)
         return self._row(STATS, unseen=unseen.unseen_count(self.st), lag=worst, e2e=counts,
-                         e2e_sum=sum(e2e), frags=n)
+                         e2e_sum=sum(e2e), frags=n, settled=False)  # the processor decides
 
     def _fold_error(self, fr: Fragment, exc: Exception) -> dict[str, Any]:
         detail = {"probe": self.probe, "key": self.st.key, "index": fr.op,

@@ -98,12 +98,14 @@ RESTART_WINDOW_S = 600.0
 def run(cfg: config.MonitorConfig, stop: threading.Event | None = None) -> int:
     """Start the monitor and block until ``stop`` is set, a signal, or queries keep failing."""
     from kmon import metrics_port
+    from kmon.streaming.kafka import check_replication
     from kmon.streaming.monitor import Monitor
     from kmon.streaming.session import build_spark_session
 
     # Before Spark (tens of seconds) and the topics: a taken port fails at once.
     if problem := metrics_port.bind_problem(cfg.metrics_port, cfg.metrics_host):
         raise config.ConfigError(problem)
+    check_replication(cfg)  # before Spark too: more replicas than brokers fails at once
     stop = stop or threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -19,9 +19,10 @@ said; ``unknown`` when no event said). Leaders change, so how ``broker`` stays b
   series, the old series disappears once no key is on it. At most one series per key.
 - counters and histograms (``kmon_anomalies_total``, ``kmon_unseen_verdicts_total``,
   ``kmon_end_to_end_delay_seconds``) and ``kmon_anomaly_last_timestamp_seconds`` keep each
-  series that ever counted something (a counter must not vanish): at most one per anomaly
-  type (or none) x topic-partition x broker that led it while something was counted, so at
-  most the cluster's broker count times the former bounds.
+  series that ever counted something (a counter must not vanish; but see drained keys below
+  for the histograms): at most one per anomaly type (or none) x topic-partition x broker that
+  led it while something was counted, so at most the cluster's broker count times the former
+  bounds.
 
 ``kmon_anomalies_total`` (every anomaly type) and ``kmon_unseen_verdicts_total`` are exported at
 0 for each (topic, partition, current broker) the gauges know, so an alert's ``increase()``
@@ -29,6 +30,20 @@ fires on the first anomaly (a series born at 1 has no increase) and dashboards s
 "no data". ``kmon_anomaly_last_timestamp_seconds`` is when the monitor counted the series'
 latest new verdict (wall clock): it survives restarts, so "a verdict in the last N minutes"
 holds across them where ``increase()`` over a restart would not.
+
+Keys come and go (a probe retires its topics), so gauges and zero series follow the live keys
+only. A key whose latest stats row said it was *settled* (its fold has nothing left to judge
+and registered no timer) and that has sent none since for ``drained_after_s`` (the
+``metrics.drained.after`` setting) is *drained* (``prune``): its gauge entries go, and so do
+the zero series of its topic-partition, and the end-to-end histograms of its topic once no
+key is left on it. Its anomaly and unseen-verdict series that counted something stay, with
+their verdict times (a counter that vanishes and comes back breaks ``increase()``, and the
+evidence of a retired topic is still worth a dashboard's look; they are bounded by the
+anomalies themselves).
+A drained key that receives events again comes back with its next stats row.
+
+``kmon_monitor_output_topic_replicas`` and ``kmon_monitor_brokers`` are what the cluster's
+metadata showed when the monitor started (``kafka.ensure_topics``).
 
 ``kmon_monitor_last_batch_timestamp_seconds`` starts at ``kmon_monitor_start_timestamp_seconds``
 (the process's start), so a monitor that never completes a micro-batch shows it ageing.
@@ -73,6 +88,8 @@ START = "kmon_monitor_start_timestamp_seconds"
 ANOMALY_LAST = "kmon_anomaly_last_timestamp_seconds"
 DEAD_LETTERS = "kmon_dead_letters_total"
 DETECTION_LATENCY = "kmon_detection_latency_seconds"
+OUTPUT_REPLICAS = "kmon_monitor_output_topic_replicas"
+BROKERS = "kmon_monitor_brokers"
 
 UNKNOWN_BROKER = "unknown"  # broker label of a key whose events named no leader
 # When this process started, as near as Python code can tell: this module is imported as the
@@ -159,6 +176,13 @@ class KeyGauge(NamedTuple):
     value: float
 
 
+class TopicPlace(NamedTuple):
+    """A topic-partition's labels."""
+
+    topic: str
+    partition: str
+
+
 class MonitorMetrics(Collector):
     """Every monitor metric's current value, thread-safe; register it on a registry.
 
@@ -187,6 +211,10 @@ class MonitorMetrics(Collector):
         self.last_batch: float = self.started_at
         self.dead_letters: dict[str, int] = {}
         self.detection: dict[str, Histogram] = {}
+        self.settled: dict[str, float] = {}  # key id -> wall clock of its latest settled stats
+        self.drained: set[TopicPlace] = set()  # drained topic-partitions with counted series
+        self.output_replicas: dict[str, int] = {}  # output topic -> replicas (at start)
+        self.brokers: int | None = None
 
     # -- updates (callers hold no lock; each method takes it) ------------------------------
     def anomaly(self, anomaly: str, topic: str, partition: str, latency_s: float, *,
@@ -208,11 +236,58 @@ class MonitorMetrics(Collector):
             self.unseen_verdicts[k] = self.unseen_verdicts.get(k, 0) + 1
 
     def key_stats(self, key_id: str, topic: str, partition: str, unseen: int,
-                  lag_s: float, *, broker: str = UNKNOWN_BROKER) -> None:
-        """A key's gauges; they replace the key's previous ones, whatever their labels."""
+                  lag_s: float, *, broker: str = UNKNOWN_BROKER, settled: bool = False,
+                  at: float | None = None) -> None:
+        """A key's gauges; they replace the key's previous ones, whatever their labels.
+        ``settled``: the key's fold has nothing left to judge (``at``: when, default now)."""
         with self.lock:
             self.unseen_values[key_id] = KeyGauge(topic, partition, broker, unseen)
             self.lags[key_id] = KeyGauge(topic, partition, broker, lag_s)
+            self.drained.discard(TopicPlace(topic, partition))
+            if settled:
+                self.settled[key_id] = self.clock() if at is None else at
+            else:
+                self.settled.pop(key_id, None)
+
+    def prune(self, drained_after_s: float, now: float | None = None) -> list[str]:
+        """Drop the gauges of keys settled more than ``drained_after_s`` ago (and, with them,
+        their topic-partitions' zero series); returns the key ids dropped."""
+        with self.lock:
+            cutoff = (self.clock() if now is None else now) - drained_after_s
+            gone = [k for k, t in self.settled.items() if t <= cutoff]
+            topics = set()
+            for k in gone:
+                del self.settled[k]
+                g = self.unseen_values.pop(k, None) or self.lags.get(k)
+                self.lags.pop(k, None)
+                if g is not None:
+                    self.drained.add(TopicPlace(g.topic, g.partition))
+                    topics.add(g.topic)
+            if gone:
+                self._forget_drained()
+                self._drop_histograms(topics)
+            return gone
+
+    def _drop_histograms(self, topics: set[str]) -> None:
+        """End-to-end histograms of topics no key is left on: one per retired probe topic
+        otherwise. (A histogram that stops is read with rate(), which ends with it.)"""
+        live = {g.topic for g in self.unseen_values.values()}
+        for t, b in [tb for tb in self.e2e if tb[0] in topics - live]:
+            del self.e2e[(t, b)]
+
+    def _forget_drained(self) -> None:
+        """Keep only drained topic-partitions that still matter: with a counted series (the
+        zero series would bring them back) and no live key on them."""
+        live = {TopicPlace(g.topic, g.partition) for g in self.unseen_values.values()}
+        counted = {TopicPlace(k.topic, k.partition) for k in self.anomalies}
+        counted |= {TopicPlace(p.topic, p.partition) for p in self.unseen_verdicts}
+        self.drained = (self.drained & counted) - live
+
+    def output_topics(self, replicas: dict[str, int], brokers: int) -> None:
+        """The output topics' replica counts and the cluster's broker count, at start."""
+        with self.lock:
+            self.output_replicas = dict(replicas)
+            self.brokers = brokers
 
     def end_to_end(self, topic: str, counts: list[int], total_s: float, *,
                    broker: str = UNKNOWN_BROKER) -> None:
@@ -256,6 +331,8 @@ class MonitorMetrics(Collector):
                 "batch_duration": self.batch_duration.to_json(),
                 "dead_letters": dict(self.dead_letters),
                 "detection": {a: h.to_json() for a, h in self.detection.items()},
+                "settled": dict(self.settled),
+                "drained": sorted(self.drained),
             }
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -285,6 +362,19 @@ class MonitorMetrics(Collector):
             for a, raw in data.get("detection", {}).items():
                 self.detection[a] = Histogram(DETECTION_BUCKETS)
                 self.detection[a].load(raw)
+            self._restore_drain(data)
+
+    def _restore_drain(self, data: dict[str, Any]) -> None:
+        """Which keys were settled, and when. A snapshot written before this was recorded
+        names none: its keys count as settled now, so that a key that never reports again is
+        still drained (a live or pending key reports within a batch or a timer, unsettling
+        itself)."""
+        if "settled" in data:
+            self.settled = {k: float(t) for k, t in data["settled"].items()}
+        else:
+            now = self.clock()
+            self.settled = {k: now for k in self.unseen_values.keys() | self.lags.keys()}
+        self.drained = {TopicPlace(*p) for p in data.get("drained", ())}
 
     # -- export ---------------------------------------------------------------------------
     def _zero_placements(self) -> set[Placed]:
@@ -295,6 +385,7 @@ class MonitorMetrics(Collector):
         known = {(p.topic, p.partition) for p in current}
         counted = {Placed(k.topic, k.partition, k.broker) for k in self.anomalies}
         counted |= set(self.unseen_verdicts)
+        known |= self.drained  # a drained key's topic-partition: no zeros (TopicPlace is a tuple)
         return current | {p for p in counted if (p.topic, p.partition) not in known}
 
     def collect(self) -> Iterator[Any]:
@@ -375,11 +466,28 @@ class MonitorMetrics(Collector):
             for r, n in sorted(self.dead_letters.items()):
                 c.add_metric([cl, r], n)
             yield c
+            yield from self._topology()
             h = HistogramMetricFamily(DETECTION_LATENCY, "Deciding event's time -> verdict "
                                       "emitted.", labels=["cluster", "anomaly"])
             for a, hist in sorted(self.detection.items()):
                 h.add_metric([cl, a], hist.cumulative(), hist.sum)
             yield h
+
+
+    def _topology(self) -> Iterator[Any]:
+        """The output topics' replicas and the broker count (caller holds the lock)."""
+        cl = self.cluster
+        g = GaugeMetricFamily(OUTPUT_REPLICAS, "Replicas of each output topic (the fewest of "
+                              "any partition's) when the monitor started.",
+                              labels=["cluster", "topic"])
+        for t, n in sorted(self.output_replicas.items()):
+            g.add_metric([cl, t], n)
+        yield g
+        if self.brokers is not None:
+            g = GaugeMetricFamily(BROKERS, "Brokers in the cluster's metadata when the monitor "
+                                  "started.", labels=["cluster"])
+            g.add_metric([cl], self.brokers)
+            yield g
 
 
 def _brokered(labels: list[Any], n: int) -> list[Any]:

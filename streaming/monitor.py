@@ -180,7 +180,9 @@ class Monitor:
         for k, v in self.cfg.spark_conf.items():
             if k.startswith("spark.sql."):
                 spark.conf.set(k, v)
-        ensure_topics(self.cfg)
+        topics = ensure_topics(self.cfg)
+        if topics:
+            self.metrics.output_topics({t.topic: t.replicas for t in topics}, topics[0].brokers)
         self.partitions = events_partitions(self.cfg, self._stop)
         self._partitions_checked = time.monotonic()
         _check_sources(spark, self.cfg, self.partitions)
@@ -191,7 +193,8 @@ class Monitor:
             anomalies_topic=self.cfg.anomalies_topic, facts_topic=self.cfg.facts_topic,
             dead_letter_topic=self.cfg.dead_letter_topic, producer=producer,
             metrics=self.metrics, store=HadoopSnapshotStore(spark, self.cfg.metrics_dir),
-            e2e_bounds_s=E2E_BUCKETS, txn_buckets=self.cfg.txn_buckets)
+            e2e_bounds_s=E2E_BUCKETS, txn_buckets=self.cfg.txn_buckets,
+            drained_after_s=self.cfg.drained_after_s)
         restored = self.outputs.restore()
         if restored:
             log.info("restored metrics from the checkpoint (batches %s)",

@@ -103,7 +103,8 @@ class Outputs:
     def __init__(self, *, anomalies_topic: str, facts_topic: str, dead_letter_topic: str,
                  producer: Any, metrics: MonitorMetrics, store: SnapshotStore | None,
                  e2e_bounds_s: tuple[float, ...], txn_buckets: int = TXN_BUCKETS,
-                 clock: Callable[[], float] = time.time, flush_timeout_s: float = 120.0) -> None:
+                 clock: Callable[[], float] = time.time, flush_timeout_s: float = 120.0,
+                 drained_after_s: float = 3600.0) -> None:
         self.topics = {ANOMALY: anomalies_topic, UNSEEN: anomalies_topic, FACT: facts_topic,
                        DEAD: dead_letter_topic}
         self.producer = producer
@@ -113,6 +114,7 @@ class Outputs:
         self.txn_buckets = txn_buckets
         self.clock = clock
         self.flush_timeout_s = flush_timeout_s
+        self.drained_after_s = drained_after_s  # metrics.drained.after
         self.lock = threading.RLock()
         self.done: dict[str, int] = {KEYS: -1, TRANSACTIONS: -1, "progress": -1}
         self._errors: list[str] = []
@@ -190,6 +192,8 @@ class Outputs:
             self._flush()
             for c in counts:
                 c()
+            if stage == KEYS:
+                self._prune(now)
             self.done[stage] = batch_id
             self._save()
 
@@ -222,13 +226,19 @@ class Outputs:
         key_id = f"{r['probe']}/{r['key']}"
         unseen, lag = r["unseen"] or 0, (r["lag"] or 0) / 1e9
         # gauges (replays are harmless), under the key's latest broker only
-        self.metrics.key_stats(key_id, topic, part, unseen, lag, broker=broker)
+        self.metrics.key_stats(key_id, topic, part, unseen, lag, broker=broker,
+                               settled=bool(r["settled"]), at=self.clock())
         self.key_state_bytes[key_id] = r["state_bytes"] or 0
         e2e = r["e2e"]
         if e2e and any(e2e):
             total = (r["e2e_sum"] or 0) / 1e9
             counts.append(lambda: self.metrics.end_to_end(topic, list(e2e), total,
                                                           broker=broker))
+
+    def _prune(self, now: float) -> None:
+        """Forget drained keys: settled, and no stats row since ``drained_after_s``."""
+        for key_id in self.metrics.prune(self.drained_after_s, now):
+            self.key_state_bytes.pop(key_id, None)
 
     # -- Kafka ------------------------------------------------------------------------------
     def _produce(self, topic: str, key: str, value: str | bytes,

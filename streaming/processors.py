@@ -80,6 +80,7 @@ OUTPUT_SCHEMA = StructType([
     StructField("frags", LongType()),
     StructField("state_bytes", LongType()),
     StructField("raw", BinaryType()),  # dead letters: the event as it arrived
+    StructField("settled", BooleanType()),  # stats: no timer left (nothing to judge)
 ])
 assert tuple(f.name for f in OUTPUT_SCHEMA.fields) == OUTPUT_COLUMNS
 
@@ -138,6 +139,7 @@ class _Timed(StatefulProcessor):
         for r in rows:
             if r["kind"] == "stats":
                 r["state_bytes"] = len(data)
+                r["settled"] = new is None
 
     def close(self) -> None:
         pass
