@@ -232,6 +232,15 @@ def test_the_monitor_is_prometheus_scrapable(run: dict) -> None:
     assert samples and all(f'cluster="{CLUSTER}"' in line for line in samples)
 
 
+def test_the_monitor_exports_its_output_topics_replicas(run: dict) -> None:
+    """It created them (3 brokers: 3 replicas) and says so, for the single-replica alert."""
+    cfg, reg = run["cfg"], run["monitor"].registry
+    for topic in (cfg.anomalies_topic, cfg.facts_topic, cfg.dead_letter_topic):
+        assert reg.get_sample_value("kmon_monitor_output_topic_replicas",
+                                    {"cluster": CLUSTER, "topic": topic}) == 3, topic
+    assert reg.get_sample_value("kmon_monitor_brokers", {"cluster": CLUSTER}) == 3
+
+
 def test_expected_warnings_are_quiet(run: dict, spark: Any) -> None:
     """The state server's warning for every first read of a key (each transaction, in stage
     2) and the trigger's for every batch longer than it would drown an operator's log; a
