@@ -51,6 +51,7 @@ bench: setup
 	$(BIN)/python bench/bench_checker.py
 	$(BIN)/python bench/bench_monitor.py
 	$(BIN)/python bench/bench_evidence.py
+	$(BIN)/python bench/bench_series.py
 
 # Not part of `make test`. Both use the local cluster (started here if it is not running; a
 # running `make run` stack is fine) and run their own probes and monitor.
