@@ -389,6 +389,36 @@ HEALTH_CASES: dict[str, list[dict[str, Any]]] = {
             "runbook_url": RUNBOOK + "KmonDeadLettersRising",
         }),
     }],
+    "KmonOutputTopicSingleReplica": [
+        {   # the anomalies topic has one replica of 3 brokers from the start: fires at 10m
+            "input_series": [
+                series("kmon_monitor_output_topic_replicas", {**MONITOR, "topic": "kmon-anomalies"},
+                       "1x20"),
+                series("kmon_monitor_output_topic_replicas", {**MONITOR, "topic": "kmon-facts"},
+                       "3x20"),
+                series("kmon_monitor_brokers", MONITOR, "3x20"),
+            ],
+            "alert_rule_test": edge("KmonOutputTopicSingleReplica", "9m", "10m",
+                                    {**CLUSTER, "topic": "kmon-anomalies",
+                                     "severity": "warning"}, {
+                "summary": "kmon output topic kmon-anomalies of cluster prod-eu has a single "
+                           "replica",
+                "description": "The monitor of cluster prod-eu writes to kmon-anomalies, which "
+                               "has one replica on a cluster of several brokers: the evidence "
+                               "(or facts, or dead letters) it holds is lost with that broker's "
+                               "disk.",
+                "runbook_url": RUNBOOK + "KmonOutputTopicSingleReplica",
+            }),
+        },
+        {   # a one-broker cluster cannot hold more copies: never fires
+            "input_series": [
+                series("kmon_monitor_output_topic_replicas", {**MONITOR, "topic": "kmon-anomalies"},
+                       "1x20"),
+                series("kmon_monitor_brokers", MONITOR, "1x20"),
+            ],
+            "alert_rule_test": silent("KmonOutputTopicSingleReplica", "10m", "20m"),
+        },
+    ],
     "KmonProbeDown": [
         {   # target down from 5m
             "input_series": [series("up", PROBE, "1x4 0x20")],
