@@ -2,7 +2,8 @@
 
 - every broker leads a live probe key from the start, where Kafka's own placement would leave
   one out (1-partition topics, 2 live keys on 3 brokers), and the metric says so;
-- with coverage off the same probe reports a broker left out (what the alert fires on);
+- with coverage off the same probe reports a broker left out, and a real Prometheus with
+  kmon's rules fires KmonProbeBrokersUncovered for it and not for a covering probe;
 - a fourth, broker-only node joining the running cluster is covered within a refresh or two;
 - five restarts of a probe under the same name create no topic: it adopts its own.
 
@@ -25,13 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from kmon.dashboards import rules
+from kmon.dashboards.rules import RuleConfig
 from kmon.local.cluster import LocalCluster
 from kmon.local.extra_broker import ExtraBroker, add_broker
+from kmon.local.prometheus import LocalPrometheus
 from kmon.probes import values as V
 from tests.helpers import wait_until
+from tests.integration.promapi import Prom
 
 REFRESH = 2.0  # metadata_refresh of these probes, seconds
 QUIET = {"processes": "2", "rate": "10", "catchup_interval": "0",
@@ -141,6 +147,36 @@ def test_coverage_off_reports_the_broker_left_out(
         summary = probe.stop()
     assert got["present"] == 3.0 and got["covered"] < 3.0
     assert len(summary["brokers"]["covered"]) < 3 and summary["topics_created"] == 2
+
+
+def test_the_coverage_alert_fires_live_for_the_probe_leaving_a_broker_out(
+    local_cluster: LocalCluster, tmp_path: Path, name: str,
+) -> None:
+    """Two probes scraped by a real Prometheus with kmon's rules (a 10 s window): the one with
+    coverage off pages, the covering one stays silent."""
+    rule_file = tmp_path / "rules.yml"
+    rule_file.write_text(yaml.safe_dump(rules.prometheus_rules(
+        "read_committed", RuleConfig(blind_for="10s"))))
+    off = _probe(local_cluster, tmp_path, name, 17, coverage="false", **SPARSE)
+    on = _probe(local_cluster, tmp_path, f"{name}on", 16, **SPARSE)
+    prom = LocalPrometheus(home=tmp_path, port_base=local_cluster.ports.base,
+                           targets={"kmon-probe": [f"127.0.0.1:{off.port}",
+                                                   f"127.0.0.1:{on.port}"]},
+                           rule_files=[rule_file], scrape_interval="1s")
+    firing = 'ALERTS{alertname="KmonProbeBrokersUncovered", alertstate="firing"}'
+    try:
+        prom.up()
+        api = Prom(prom.url)
+        wait_until(lambda: bool(api.series_of(firing)), "KmonProbeBrokersUncovered fires",
+                   timeout=120)
+        alerts = [s["metric"] for s in api.series_of(firing)]
+    finally:
+        prom.down()
+        off.stop()
+        on.stop()
+        _delete(local_cluster, _topics(local_cluster, f"{name}on"))
+    assert [(a["instance"], a["cluster"], a["severity"]) for a in alerts] == [
+        (f"127.0.0.1:{off.port}", "local", "warning")]
 
 
 def test_a_fourth_broker_joining_is_covered(
