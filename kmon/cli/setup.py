@@ -1,4 +1,5 @@
-"""`kmon setup`: fetch Kafka and the Spark Kafka connector into the cache, install Prometheus."""
+"""`kmon setup`: fetch Kafka, the Spark Kafka connector and S3A into the cache, install
+Prometheus."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import time
 from kmon.cli._local import errors_as_usage
 
 HELP = (
-    "Install-time set-up: check Java, fetch Kafka's jars and Spark's Kafka connector from "
+    "Install-time set-up: check Java, fetch Kafka's jars, Spark's Kafka connector and S3A "
+    "(hadoop-aws and the AWS SDK bundle, for s3a:// checkpoints; about 700 MB once) from "
     "Maven Central into the cache (env KMON_CACHE; default ~/.cache/kmon), install "
     "Prometheus from Debian's package if missing. Idempotent; offline and quick when warm."
 )
