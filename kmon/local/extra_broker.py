@@ -3,9 +3,8 @@
 The local cluster is three combined broker+controller nodes (``kmon.local.cluster``). An extra
 node here has ``process.roles=broker`` and node id 4..7: it joins the three nodes' static
 controller quorum (``controller.quorum.voters``), is formatted with the cluster's id, and
-listens on PLAINTEXT only, at ``base + 16 + (id - 4)`` (the unassigned ports 16..19 of the
-layout in ``kmon.local.ports``). Its state lives beside the others, in
-``<KMON_HOME>/kafka/broker-<N>/``.
+listens on PLAINTEXT only, at ``base + 16 + (id - 4)`` (``Ports.extra_broker``). Its state
+lives beside the others, in ``<KMON_HOME>/kafka/broker-<N>/``.
 
 It is for tests of what follows brokers joining and leaving (the probe's broker coverage).
 ``LocalCluster`` knows nothing of it, so its owner stops it (``stop``); stopped, it stays
@@ -29,7 +28,6 @@ from kmon.local.kafka_config import DEFAULTS, render_properties
 from kmon.local.ports import BROKER_IDS
 
 EXTRA_IDS = (4, 5, 6, 7)
-PORT_OFFSET = 16  # base + 16..19: free in the layout (kmon.local.ports)
 
 
 @dataclass(frozen=True)
@@ -43,7 +41,7 @@ class ExtraBroker:
 
     @property
     def port(self) -> int:
-        return self.cluster.ports.base + PORT_OFFSET + self.node_id - EXTRA_IDS[0]
+        return self.cluster.ports.extra_broker(self.node_id)
 
     @property
     def config(self) -> Path:

@@ -9,6 +9,8 @@
     base + 10..12   KRaft controller listeners of nodes 1..3
     base + 13..15   Kafka SASL_SSL listeners of brokers 1..3 (SCRAM-SHA-512 over TLS, with the
                     local CA; ``sasl_ssl_bootstrap``), for clients set up as in production
+    base + 16..19   PLAINTEXT listeners of broker-only nodes 4..7 joining the running cluster
+                    (``kmon.local.extra_broker``)
     base + 20       Prometheus
     base + 21       Alertmanager
     base + 22..29   reserved: Grafana
@@ -49,6 +51,12 @@ class Ports:
     def sasl_ssl(self, node_id: int) -> int:
         """The broker's SASL_SSL listener."""
         return self.base + 13 + node_id - 1
+
+    def extra_broker(self, node_id: int) -> int:
+        """The PLAINTEXT listener of broker-only node ``node_id`` (4..7)."""
+        if not 4 <= node_id <= 7:
+            raise ValueError(f"extra broker ids are 4..7, got {node_id}")
+        return self.base + 16 + node_id - 4
 
     @property
     def prometheus(self) -> int:

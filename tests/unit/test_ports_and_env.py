@@ -12,7 +12,8 @@ from kmon.local.ports import BROKER_IDS, Ports
 def _all_ports(base: int) -> list[int]:
     ports = Ports(base)
     return [
-        *ports.kafka_ports().values(), ports.prometheus, *(ports.metrics(s) for s in range(20))
+        *ports.kafka_ports().values(), ports.prometheus, *(ports.metrics(s) for s in range(20)),
+        *(ports.extra_broker(n) for n in range(4, 8)),
     ]
 
 
