@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
 from kmon.streaming import config, kafka
 from kmon.streaming.metrics import MonitorMetrics, registry_with
@@ -27,8 +27,9 @@ def _config(bootstrap: str, tag: str, **extra: Any) -> config.MonitorConfig:
 
 
 def _describe(bootstrap: str, topic: str) -> tuple[int, dict[str, str]]:
-    """(the fewest replicas of any partition, the topic's configs) via the Admin API, once
-    every broker knows the new topic (describe_configs asks any one of them)."""
+    """(the fewest replicas of any partition, the configs set on the topic itself: not the
+    broker's defaults) via the Admin API, once every broker knows the new topic
+    (describe_configs asks any one of them)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
     got: dict[str, str] = {}
@@ -38,7 +39,8 @@ def _describe(bootstrap: str, topic: str) -> tuple[int, dict[str, str]]:
             entries = admin.describe_configs([res])[res].result(30)
         except KafkaException:
             return False
-        got.update({k: v.value for k, v in entries.items()})
+        got.update({k: v.value for k, v in entries.items()
+                    if v.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value})
         return True
 
     wait_until(described, f"{topic}'s configs")
@@ -57,6 +59,17 @@ def test_output_topics_are_created_with_3_replicas_min_isr_2_and_retention(
         assert replicas == 3, topic
         assert configs["min.insync.replicas"] == "2", topic
         assert configs["retention.ms"] == str(days * DAY_MS), topic
+
+
+def test_explicit_settings_are_applied(kafka_bootstrap: str) -> None:
+    """Not the local brokers' defaults (replication 3, min.insync.replicas 2, 7 days)."""
+    cfg = _config(kafka_bootstrap, uuid.uuid4().hex[:8], **{
+        "topics.replication.factor": 2, "topics.min.insync.replicas": 1,
+        "topics.retention.dead-letters": "3d"})
+    kafka.ensure_topics(cfg)
+    replicas, configs = _describe(kafka_bootstrap, cfg.dead_letter_topic)
+    assert replicas == 2
+    assert configs["min.insync.replicas"] == "1" and configs["retention.ms"] == str(3 * DAY_MS)
 
 
 def test_a_single_replica_output_topic_is_warned_and_exported(
