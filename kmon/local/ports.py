@@ -13,7 +13,11 @@
                     (``kmon.local.extra_broker``)
     base + 20       Prometheus
     base + 21       Alertmanager
-    base + 22..29   reserved: Grafana
+    base + 22..23   reserved: Grafana
+    base + 24       the Kafka protocol proxy's bootstrap (Kroxylicious with kmon's fault filters,
+                    ``kafka_proxy_bootstrap``; ``kmon.local.kafka_proxy``)
+    base + 25..28   the Kafka protocol proxy's port per broker, node ids 1..4
+    base + 29       the Kafka protocol proxy's fault control endpoint (HTTP)
     base + 30..49   reserved: metrics endpoints of probes and the monitor
 
 The test suite runs its own stack at ``base + 50`` (see ``kmon.env.PORT_SPAN``).
@@ -65,6 +69,28 @@ class Ports:
     @property
     def alertmanager(self) -> int:
         return self.base + 21
+
+    @property
+    def kafka_proxy(self) -> int:
+        """The Kafka protocol proxy's bootstrap port; node ``n`` is behind ``+ n``."""
+        return self.base + 24
+
+    @property
+    def kafka_proxy_control(self) -> int:
+        return self.base + 29
+
+    def kafka_proxy_ports(self) -> dict[str, int]:
+        """Every port the Kafka protocol proxy binds (brokers' ports as they appear)."""
+        ports = {"Kafka proxy bootstrap": self.kafka_proxy,
+                 "Kafka proxy control": self.kafka_proxy_control}
+        for n in BROKER_IDS:
+            ports[f"Kafka proxy of broker {n}"] = self.kafka_proxy + n
+        return ports
+
+    @property
+    def kafka_proxy_bootstrap(self) -> str:
+        """``bootstrap.servers`` through the Kafka protocol proxy (kmon's fault filters)."""
+        return f"127.0.0.1:{self.kafka_proxy}"
 
     def metrics(self, slot: int) -> int:
         """Port of the ``slot``-th metrics endpoint (probes, monitor), slot 0..19."""

@@ -1,0 +1,270 @@
+package kmon.proxy;
+
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ConcurrentHashMap;
+
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.message.FetchRequestData;
+import org.apache.kafka.common.message.FetchResponseData;
+import org.apache.kafka.common.message.MetadataResponseData;
+import org.apache.kafka.common.message.ProduceRequestData;
+import org.apache.kafka.common.message.ProduceRequestData.PartitionProduceData;
+import org.apache.kafka.common.message.ProduceRequestData.TopicProduceData;
+import org.apache.kafka.common.message.ProduceResponseData;
+import org.apache.kafka.common.message.ProduceResponseData.PartitionProduceResponse;
+import org.apache.kafka.common.message.ProduceResponseData.TopicProduceResponse;
+import org.apache.kafka.common.message.RequestHeaderData;
+import org.apache.kafka.common.message.ResponseHeaderData;
+import org.apache.kafka.common.record.MemoryRecords;
+import org.apache.kafka.common.record.MutableRecordBatch;
+
+import io.kroxylicious.proxy.filter.FetchRequestFilter;
+import io.kroxylicious.proxy.filter.FetchResponseFilter;
+import io.kroxylicious.proxy.filter.FilterContext;
+import io.kroxylicious.proxy.filter.MetadataResponseFilter;
+import io.kroxylicious.proxy.filter.ProduceRequestFilter;
+import io.kroxylicious.proxy.filter.ProduceResponseFilter;
+import io.kroxylicious.proxy.filter.RequestFilterResult;
+import io.kroxylicious.proxy.filter.ResponseFilterResult;
+
+/**
+ * kmon's faults on one client connection. Each does what a real Kafka-compatible broker was
+ * seen to do (docs/detection-matrix.md links the findings); all are off unless switched on
+ * through {@link Control}, and then touch only topics under the activation's prefix.
+ */
+final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
+        ProduceResponseFilter, FetchRequestFilter, FetchResponseFilter {
+
+    /** Fetch v13+ names topics by id: learnt from the metadata answers clients get. */
+    private static final Map<Uuid, String> TOPIC_NAMES = new ConcurrentHashMap<>();
+
+    /** Torn writes per produce request (by correlation id): acknowledged, never forwarded. */
+    private record Torn(String topic, int partition, long offset) {
+    }
+
+    private final Map<Integer, List<Torn>> torn = new ConcurrentHashMap<>();
+
+    // --- metadata ------------------------------------------------------------------------
+
+    @Override
+    public CompletionStage<ResponseFilterResult> onMetadataResponse(short version,
+            ResponseHeaderData header, MetadataResponseData response, FilterContext ctx) {
+        for (var t : response.topics()) {
+            if (t.name() != null && t.topicId() != null && !Uuid.ZERO_UUID.equals(t.topicId())) {
+                TOPIC_NAMES.put(t.topicId(), t.name());
+            }
+        }
+        return ctx.forwardResponse(header, response);
+    }
+
+    private static String name(String name, Uuid id) {
+        return name != null && !name.isEmpty() ? name : TOPIC_NAMES.get(id);
+    }
+
+    // --- produce -------------------------------------------------------------------------
+
+    @Override
+    public CompletionStage<RequestFilterResult> onProduceRequest(short version,
+            RequestHeaderData header, ProduceRequestData request, FilterContext ctx) {
+        if (Sequences.any()) {
+            shiftSequences(request);
+        }
+        if (request.acks() == 0) {
+            return ctx.forwardRequest(header, request);
+        }
+        if (request.transactionalId() != null) {
+            List<Torn> dropped = tear(request);
+            if (!dropped.isEmpty()) {
+                if (request.topicData().isEmpty()) {  // nothing left to forward: answer here
+                    return ctx.requestFilterResultBuilder()
+                            .shortCircuitResponse(acks(new ProduceResponseData(), dropped))
+                            .completed();
+                }
+                torn.put(header.correlationId(), dropped);
+            }
+        }
+        else if (duplicate(request)) {
+            ctx.sendRequest(new RequestHeaderData().setRequestApiVersion(version),
+                    request.duplicate());
+        }
+        return ctx.forwardRequest(header, request);
+    }
+
+    private static void shiftSequences(ProduceRequestData request) {
+        for (TopicProduceData t : request.topicData()) {
+            for (PartitionProduceData p : t.partitionData()) {
+                MemoryRecords r = (MemoryRecords) p.records();
+                String key = Sequences.key(Batches.producerId(r), Batches.producerEpoch(r),
+                        t.name(), p.index());
+                int missing = Sequences.missing(key);
+                if (missing > 0) {
+                    p.setRecords(Batches.shiftSequences(r, missing));
+                }
+            }
+        }
+    }
+
+    /** One partition's write in a transaction dropped, if the torn-transaction fault says so. */
+    private static List<Torn> tear(ProduceRequestData request) {
+        Activation a = Faults.get(Faults.TORN_TRANSACTION);
+        List<Torn> out = new ArrayList<>();
+        if (a == null) {
+            return out;
+        }
+        for (Iterator<TopicProduceData> ti = request.topicData().iterator(); ti.hasNext();) {
+            TopicProduceData t = ti.next();
+            for (Iterator<PartitionProduceData> pi = t.partitionData().iterator(); pi.hasNext();) {
+                PartitionProduceData p = pi.next();
+                Long marker = Filtering.lastMarker(Filtering.tp(t.name(), p.index()));
+                if (out.isEmpty() && marker != null && a.draw(t.name())) {
+                    MemoryRecords r = (MemoryRecords) p.records();
+                    Sequences.add(Sequences.key(Batches.producerId(r), Batches.producerEpoch(r),
+                            t.name(), p.index()), Batches.recordCount(r));
+                    out.add(new Torn(t.name(), p.index(), marker));
+                    Faults.note("torn-transaction: " + request.transactionalId() + " write to "
+                            + t.name() + "/" + p.index() + " acknowledged at " + marker
+                            + ", never forwarded");
+                    pi.remove();
+                }
+            }
+            if (t.partitionData().isEmpty()) {
+                ti.remove();
+            }
+        }
+        return out;
+    }
+
+    /** Idempotence stripped from a plain produce, which is then also sent a second time. */
+    private static boolean duplicate(ProduceRequestData request) {
+        Activation a = Faults.get(Faults.DUPLICATE);
+        if (a == null || request.topicData().stream().noneMatch(t -> a.matches(t.name()))
+                || !a.draw(request.topicData().iterator().next().name())) {
+            return false;
+        }
+        for (TopicProduceData t : request.topicData()) {
+            for (PartitionProduceData p : t.partitionData()) {
+                MemoryRecords r = (MemoryRecords) p.records();
+                if (Batches.producerId(r) >= 0) {
+                    Sequences.add(Sequences.key(Batches.producerId(r), Batches.producerEpoch(r),
+                            t.name(), p.index()), Batches.recordCount(r));
+                }
+                p.setRecords(Batches.stripIdempotence(r));
+                Faults.note("duplicate: produce to " + t.name() + "/" + p.index()
+                        + " sent twice without idempotence");
+            }
+        }
+        return true;
+    }
+
+    @Override
+    public CompletionStage<ResponseFilterResult> onProduceResponse(short version,
+            ResponseHeaderData header, ProduceResponseData response, FilterContext ctx) {
+        List<Torn> dropped = torn.remove(header.correlationId());
+        if (dropped != null) {
+            acks(response, dropped);
+        }
+        Activation a = Faults.get(Faults.SPURIOUS_OFFSET);
+        if (a != null) {
+            spuriousOffsets(response, a);
+        }
+        return ctx.forwardResponse(header, response);
+    }
+
+    /** ``response`` with a success at each torn write's fake offset. */
+    private static ProduceResponseData acks(ProduceResponseData response, List<Torn> dropped) {
+        for (Torn d : dropped) {
+            TopicProduceResponse t = response.responses().find(d.topic());
+            if (t == null) {
+                t = new TopicProduceResponse().setName(d.topic());
+                response.responses().add(t);
+            }
+            t.partitionResponses().add(new PartitionProduceResponse().setIndex(d.partition())
+                    .setErrorCode((short) 0).setBaseOffset(d.offset()).setLogAppendTimeMs(-1)
+                    .setLogStartOffset(-1));
+        }
+        return response;
+    }
+
+    /** Bufstream #3: an acknowledgement says offset 0 though the records are elsewhere. */
+    private static void spuriousOffsets(ProduceResponseData response, Activation a) {
+        for (TopicProduceResponse t : response.responses()) {
+            for (PartitionProduceResponse p : t.partitionResponses()) {
+                if (p.errorCode() == 0 && p.baseOffset() > 10 && a.draw(t.name())) {
+                    Faults.note("spurious-offset: " + t.name() + "/" + p.index() + " acked at 0,"
+                            + " stored at " + p.baseOffset());
+                    p.setBaseOffset(0);
+                }
+            }
+        }
+    }
+
+    // --- fetch ---------------------------------------------------------------------------
+
+    /** Read-committed fetches sent as read-uncommitted: aborted records reach the reader. */
+    @Override
+    public CompletionStage<RequestFilterResult> onFetchRequest(short version,
+            RequestHeaderData header, FetchRequestData request, FilterContext ctx) {
+        Activation a = Faults.get(Faults.ABORTED_READ);
+        if (a != null && request.isolationLevel() == 1
+                && request.topics().stream().anyMatch(t -> a.matches(name(t.topic(), t.topicId())))
+                && a.draw(a.prefix())) {
+            request.setIsolationLevel((byte) 0);
+        }
+        return ctx.forwardRequest(header, request);
+    }
+
+    @Override
+    public CompletionStage<ResponseFilterResult> onFetchResponse(short version,
+            ResponseHeaderData header, FetchResponseData response, FilterContext ctx) {
+        Activation a = Faults.get(Faults.FILTERED_FETCH);
+        for (var t : response.responses()) {
+            String topic = name(t.topic(), t.topicId());
+            if (topic == null) {
+                continue;
+            }
+            for (var p : t.partitions()) {
+                if (p.records() instanceof MemoryRecords r && r.sizeInBytes() > 0) {
+                    p.setRecords(filter(Filtering.tp(topic, p.partitionIndex()), topic, r, a));
+                }
+            }
+        }
+        return ctx.forwardResponse(header, response);
+    }
+
+    /** Bufstream #5: batches chosen when first fetched are left out of every answer. */
+    private static MemoryRecords filter(String tp, String topic, MemoryRecords r, Activation a) {
+        long seen = Filtering.seen(tp);
+        List<MutableRecordBatch> kept = new ArrayList<>();
+        boolean dropped = false;
+        for (MutableRecordBatch b : r.batches()) {
+            if (b.isControlBatch()) {
+                Filtering.marker(tp, b.baseOffset());
+            }
+            else if (a != null && b.baseOffset() > seen && !b.isTransactional()
+                    && a.draw(topic)) {
+                Filtering.hide(tp, b.baseOffset(), b.lastOffset());
+                Faults.note("server-side-filtering: " + tp + " offsets " + b.baseOffset() + ".."
+                        + b.lastOffset() + " left out of every fetch answer");
+            }
+            Filtering.saw(tp, b.lastOffset());
+            if (a != null && Filtering.anyHidden(tp) && Filtering.hidden(tp, b.baseOffset())) {
+                dropped = true;
+            }
+            else {
+                kept.add(b);
+            }
+        }
+        if (!dropped) {
+            return r;
+        }
+        ByteBuffer buf = ByteBuffer.allocate(r.sizeInBytes());
+        kept.forEach(b -> b.writeTo(buf));
+        buf.flip();
+        return MemoryRecords.readableRecords(buf);
+    }
+}
