@@ -40,7 +40,7 @@ def _signal_name(code: int) -> str | None:
 
 
 def _fresh_stack() -> None:
-    """Stop what the dead run left behind (its brokers, its proxy): the rerun starts them."""
+    """Stop what the dead run left behind (its brokers, its proxies): the rerun starts them."""
     sys.path.insert(0, str(ROOT))
     from kmon.local.cluster import LocalCluster
     from kmon.local.toxiproxy import LocalToxiproxy
@@ -49,6 +49,9 @@ def _fresh_stack() -> None:
     home, base = suite_stack()
     cluster = LocalCluster(home=home, port_base=base)
     LocalToxiproxy(home=home, port_base=base, cache=cluster.cache).down()
+    from kmon.nemesis.protocol import kafka_proxy_of
+
+    kafka_proxy_of(cluster).down()
     cluster.down()
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kmon.cli import UsageError
 from kmon.cli._local import add_stack_args
 from kmon.env import SettingError
+from kmon.local.kafka_proxy import FAULTS as PROXY_FAULTS
 
 if TYPE_CHECKING:
     from kmon.local.cluster import LocalCluster
@@ -114,9 +115,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     verbs.add_parser("list", help="the faults, presets and matrix scenarios")
 
-    v = verbs.add_parser("proxy", help="the local Toxiproxy: up, down, status, reset")
+    v = verbs.add_parser("proxy", help="the local Toxiproxy and Kafka protocol proxy: up, "
+                         "down, status, reset")
     add_stack_args(v)
     v.add_argument("action", choices=["up", "down", "status", "reset"])
+
+    v = verbs.add_parser("broker-bug", help="a misbehaving broker's bug, played by the Kafka "
+                         "protocol proxy for the clients behind it",
+                         description="Switch one of the Kafka protocol proxy's faults on for "
+                         "--duration seconds (kmon.nemesis.protocol): "
+                         "spurious-offset, server-side-filtering, torn-transaction, "
+                         "aborted-read, duplicate. Only clients on the proxy's bootstrap "
+                         "(`kmon nemesis proxy status`) are affected.")
+    add_stack_args(v)
+    v.add_argument("fault", choices=list(PROXY_FAULTS))
+    v.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
+    v.add_argument("--prefix", default="", help="only topics starting with this")
+    v.add_argument("--rate", type=float, default=0.1,
+                   help="share of eligible produces, batches or fetches (default 0.1)")
+    v.add_argument("--max", type=int, default=0, dest="max_count",
+                   help="at most this many injections (default 0: no limit)")
 
     v = verbs.add_parser("status", help="is the cluster healthy? (exit 1 if not)")
     add_stack_args(v)
@@ -141,13 +159,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--minutes", type=float, default=30.0, help="default 30")
     v.add_argument("--rate", type=float, default=30.0, help="probe ops/s (default 30)")
     v = verbs.add_parser("install-tools",
-                         help="go install the pinned toxiproxy-server into $KMON_CACHE/bin")
+                         help="go install the pinned toxiproxy-server into $KMON_CACHE/bin; "
+                         "build the Kafka protocol proxy (Maven) into $KMON_CACHE")
     v.add_argument("--cache", metavar="DIR", help="cache directory (env KMON_CACHE)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from kmon.local.cluster import ClusterError
+    from kmon.local.kafka_proxy import KafkaProxyError
     from kmon.local.toxiproxy import ToxiproxyError
     from kmon.nemesis.base import FaultError
 
@@ -157,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         return _VERBS[args.verb](args)
     except SettingError as exc:
         raise UsageError(str(exc)) from exc
-    except (FaultError, ClusterError, ToxiproxyError) as exc:
+    except (FaultError, ClusterError, ToxiproxyError, KafkaProxyError) as exc:
         raise SystemExit(f"kmon nemesis: {exc}") from exc
 
 
@@ -314,6 +334,43 @@ def _proxy(args: argparse.Namespace) -> int:
             toxics = ", ".join(f"{t.name}({t.type} {t.attributes})" for t in p.toxics) or "clean"
             state = "enabled" if p.enabled else "DISABLED"
             print(f"  {name}: {p.listen} -> {p.upstream} {state}; {toxics}")
+    _kafka_proxy(cluster, args.action)
+    return 0
+
+
+def _kafka_proxy(cluster: LocalCluster, action: str) -> None:
+    """The same action on the Kafka protocol proxy (``up`` only where it is built)."""
+    from kmon.local.kafka_proxy import find_dist
+    from kmon.nemesis.protocol import kafka_proxy_of
+
+    kproxy = kafka_proxy_of(cluster)
+    if action == "up" and find_dist(kproxy.cache) is not None:
+        kproxy.up()
+    elif action == "down":
+        kproxy.down()
+    elif action == "reset" and kproxy.is_up():
+        kproxy.reset()
+    print(f"kafka proxy: {kproxy.status()}")
+    if kproxy.is_up():
+        for a in kproxy.activations().values():
+            state = "on" if a.live else "held" if a.held else "off"
+            print(f"  {a.name}: {state}, {a.injected} injected (prefix {a.prefix!r})")
+
+
+def _broker_bug(args: argparse.Namespace) -> int:
+    from kmon.nemesis.protocol import ProtocolFault, kafka_proxy_of
+
+    cluster, _ = _stack(args)
+    kproxy = kafka_proxy_of(cluster)
+    fault = ProtocolFault(kproxy, args.fault, prefix=args.prefix, rate=args.rate,
+                          max_count=args.max_count, bound=args.duration, hold=args.duration)
+    fault.start()
+    try:
+        time.sleep(args.duration)
+    finally:
+        fault.stop()
+        fault.release()
+    print(json.dumps(fault.record.as_json(), default=str))
     return 0
 
 
@@ -341,10 +398,11 @@ def _heal(args: argparse.Namespace) -> int:
 
 def _install_tools(args: argparse.Namespace) -> int:
     from kmon.env import kmon_cache
-    from kmon.local import toxiproxy
+    from kmon.local import kafka_proxy, toxiproxy
 
     started = time.monotonic()
     toxiproxy.install(kmon_cache(args.cache))
+    kafka_proxy.install(kmon_cache(args.cache))
     print(f"nemesis tools ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
     return 0
 
@@ -405,5 +463,6 @@ def _soak(args: argparse.Namespace) -> int:
 
 _VERBS: dict[str, Any] = {
     "preset": _preset, "list": _list, "proxy": _proxy, "status": _status, "heal": _heal,
-    "install-tools": _install_tools, "matrix": _run_matrix, "soak": _soak,
+    "install-tools": _install_tools,
+    "broker-bug": _broker_bug, "matrix": _run_matrix, "soak": _soak,
 }

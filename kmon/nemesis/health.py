@@ -54,7 +54,17 @@ def problems(cluster: LocalCluster, proxy: LocalToxiproxy | None = None) -> list
     out += [
         f"undo pending from a fault: {entry}" for entry in Journal(cluster.home).pending().values()
     ]
-    return out
+    return out + _kafka_proxy_problems(cluster)
+
+
+def _kafka_proxy_problems(cluster: LocalCluster) -> list[str]:
+    from kmon.local.kafka_proxy import KafkaProxyError
+    from kmon.nemesis.protocol import kafka_proxy_of
+
+    try:
+        return kafka_proxy_of(cluster).problems()
+    except KafkaProxyError as exc:
+        return [str(exc)]
 
 
 def wait_healthy(
@@ -82,6 +92,8 @@ def heal(cluster: LocalCluster, proxy: LocalToxiproxy | None = None) -> list[str
     proxies, start stopped brokers. Returns what it did; every step is tried even if an
     earlier one failed (FaultError listing the failures at the end).
     """
+    from kmon.nemesis.protocol import kafka_proxy_of
+
     done: list[str] = []
     failed: list[str] = []
     for status in cluster.status():
@@ -105,6 +117,11 @@ def heal(cluster: LocalCluster, proxy: LocalToxiproxy | None = None) -> list[str
         if dirty:
             proxy.reset()
             done.append(f"reset the proxies ({'; '.join(dirty)})")
+    kafka_proxy = kafka_proxy_of(cluster)
+    held = kafka_proxy.held()
+    if held:
+        kafka_proxy.reset()
+        done.append(f"reset the Kafka proxy ({', '.join(held)})")
     for status in cluster.status():
         if status.state == "stopped":
             try:

@@ -7,8 +7,12 @@ verdict is attributed to its row by the topic label of the metric and by the evi
 record's probe id. Rows with a fault run one after the other (a broker crash would hit every
 probe on the cluster); rows without a fault (healthy, read-uncommitted) run together first.
 
-Injected rows replay the healthy row's own history (a real probe's ops), under a fresh probe
-id and topic names, with the one change the finding describes (``kmon.nemesis.inject``).
+Proxy rows run the probe behind the Kafka protocol proxy (``kmon.local.kafka_proxy``), whose
+filters make the real brokers' answers misbehave as a Kafka-compatible broker's did
+(``kmon.nemesis.protocol``); what the proxy did stays done (a hidden batch stays hidden) until
+the row's probe has made its final read, then the proxy is reset. (Injected rows, a replay of
+the healthy row's history with the finding written in, ``kmon.nemesis.inject``, are what the
+proxy rows replaced; ``run_injected`` still replays one when asked.)
 
 Detection time: fault start (for the unclean election, the election itself: that is when the
 loss happens; for injected rows, when the replay was produced) to the first verdict of an
@@ -40,7 +44,7 @@ if TYPE_CHECKING:
     from kmon.history.model import Op
     from kmon.local.cluster import LocalCluster
     from kmon.local.toxiproxy import LocalToxiproxy
-    from kmon.nemesis.base import FaultRecord
+    from kmon.nemesis.base import Fault, FaultRecord
     from kmon.streaming.monitor import Monitor
 
 log = logging.getLogger("kmon.nemesis.matrix")
@@ -127,6 +131,9 @@ class Matrix:
         self.tag = uuid.uuid4().hex[:6]
         self.events_topic = f"kmon-mx-ev-{self.tag}"
         self.nemesis = Nemesis(cluster, proxy)
+        from kmon.nemesis.protocol import kafka_proxy_of
+
+        self.kafka_proxy = kafka_proxy_of(cluster)
         self.monitor: Monitor | None = None
         self.results: dict[str, RowResult] = {}
         self.probe_deaths: list[str] = []  # probe processes that crashed, and the row
@@ -197,6 +204,8 @@ class Matrix:
         """A started probe workload for row ``r``, in its own process, writing its history."""
         st = self.settings
         r.history = self.workdir / f"{r.prefix}.jsonl"
+        if presets.get(s.preset).kafka_proxied:
+            self.kafka_proxy.up()  # idempotent: started once, on the first row behind it
         probe = ProbeChild({
             "kafka.bootstrap.servers": self.cluster.bootstrap,
             # Events go straight to the brokers even when the probe's clients are behind the
@@ -271,6 +280,7 @@ class Matrix:
         assert s.make_fault is not None
         started = time.monotonic()
         probe = self._probe(s, r)
+        fault: Fault | None = None
         try:
             time.sleep(self.settings.warmup)
             fault = s.make_fault(self.cluster, self.proxy, r.prefix)
@@ -284,6 +294,10 @@ class Matrix:
             time.sleep(self.settings.run_on)
         finally:
             self._finish_probe(r, probe, started)
+            _release(fault)
+        if "injections" in r.fault_info:
+            r.evidence = (f"{r.fault_info.get('injected', 0)} injected by the proxy, e.g. "
+                          + "; ".join(r.fault_info["injections"][:3]))
         if s.evidence == "duplicate-on-disk":
             dups = duplicates_in_log(self.cluster.bootstrap, r.prefix)
             r.evidence = f"{len(dups)} values at two offsets in the log"
@@ -359,6 +373,13 @@ class Matrix:
         for p, n in list(m.unseen_verdicts.items()):
             out.setdefault(_prefix(p.topic), Counter())[UNSEEN] += n
         return {k: dict(v) for k, v in out.items()}
+
+
+def _release(fault: Fault | None) -> None:
+    """Undo what a proxy fault holds (hidden batches), once its row's probe has finished."""
+    release = getattr(fault, "release", None)
+    if release is not None:
+        release()
 
 
 def _prefix(topic: str) -> str:
@@ -494,6 +515,17 @@ def render_details(rows: Sequence[RowResult]) -> str:
     return "\n".join(out) + "\n"
 
 
+def render_bugs(rows: Sequence[RowResult]) -> str:
+    """The bug each proxy row reproduces, and how its filter imitates it."""
+    lines = [f"- **{r.name}**: {_scenario(r.name).reproduces}\n" for r in rows
+             if _scenario(r.name).reproduces]
+    if not lines:
+        return ""
+    return ("\n## The bugs the proxy rows reproduce\n\nEach through the Kafka protocol proxy "
+            "(`kmon nemesis proxy up`), real clients and real brokers on both sides:\n\n"
+            + "".join(lines))
+
+
 def render_deaths(deaths: Sequence[str]) -> str:
     """Probe processes that crashed (in librdkafka) and had their row run again."""
     if not deaths:
@@ -515,7 +547,7 @@ def run_all(m: Matrix, names: Sequence[str] | None = None) -> list[RowResult]:
     from kmon.history import iter_ops
 
     chosen = [s for s in SCENARIOS if names is None or s.name in names]
-    quiet = [s for s in chosen if s.origin == "real" and s.make_fault is None]
+    quiet = [s for s in chosen if s.origin != "injected" and s.make_fault is None]
     injected = [s for s in chosen if s.origin == "injected"]
     if injected and not any(s.name == "healthy" for s in quiet):
         quiet.insert(0, _scenario("healthy"))  # the history the injected rows replay
@@ -566,21 +598,24 @@ def write_doc(path: Path, rows: Sequence[RowResult], took_s: float, settings: Ma
         f"watermark delay {MONITOR_TIMING['watermark.delay']}, grace {MONITOR_TIMING['grace']},"
         f" unseen grace {MONITOR_TIMING['unseen.grace']}) watched every row's op events "
         "in one events topic (see `kmon.nemesis.matrix` and docs/nemesis.md).\n\n"
-        "- **origin**: `real`: a real fault on the real cluster; `injected`: the healthy "
-        "row's own history, replayed into the events topic with the finding written in "
-        "(`kmon.nemesis.inject`).\n"
+        "- **origin**: `real`: a real fault on the real cluster; `proxy`: the real cluster "
+        "behind the Kafka protocol proxy (Kroxylicious with kmon's filters, "
+        "`kmon.local.kafka_proxy`), whose filter makes the brokers' answers misbehave as the "
+        "bug did, while the real probe's clients talk to it (`kmon.nemesis.protocol`; the "
+        "section below links each bug and says how its filter imitates it).\n"
         "- **forbidden**: every type neither expected nor allowed must not be reported; the "
         "column names the serious ones (`kmon.nemesis.scenarios` has each row's allowances).\n"
         "- **monitor reported**: `kmon_anomalies_total` (and `kmon_unseen_verdicts_total` as "
         "`unseen`) summed over the row's probe topics; `G0`/`int-send-skip` are normal in "
         "Kafka (transactions interleave), `G0`/`G1c` are found offline only.\n"
-        "- **detection**: fault start (the unclean row: the election; injected rows: the "
-        "replay) to the first verdict of an expected type, as the monitor emitted it. It "
+        "- **detection**: fault start (the unclean row: the election; proxy rows: the "
+        "filter switched on) to the first verdict of an expected type, as the monitor "
+        "emitted it. It "
         f"includes the monitor's grace period ({MONITOR_TIMING['grace']}) for absence "
         "verdicts and, for faults "
         "whose damage is only seen when the probe reads again (lost writes), the time until "
         "a consumer reads past the gap.\n\n"
-        + render_table(rows) + "\n## Per row\n\n" + render_details(rows)
+        + render_table(rows) + render_bugs(rows) + "\n## Per row\n\n" + render_details(rows)
         + render_deaths(probe_deaths))
     path.write_text(text)
 

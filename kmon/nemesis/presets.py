@@ -2,8 +2,9 @@
 
 A preset is a set of ``kmon probe`` settings (``--set NAME=VALUE``; client settings under
 ``producer.*`` / ``consumer.*`` pass through to librdkafka). Some need the probe's clients
-behind the Toxiproxy proxies, so that a network fault reaches them: those add
-``kafka.bootstrap.servers`` pointing at the proxies when given the cluster.
+behind the Toxiproxy proxies, so that a network fault reaches them, or behind the Kafka
+protocol proxy (``kmon.local.kafka_proxy``), so that a misbehaving-broker fault does: those
+add ``kafka.bootstrap.servers`` pointing at the proxy when given the cluster.
 
 ``kmon nemesis preset NAME`` prints one as ``--set`` arguments or as a YAML settings file.
 """
@@ -26,12 +27,15 @@ class Preset:
     # Probe settings; each carries the reason it is set, as in the probe's own defaults.
     settings: dict[str, str] = field(default_factory=dict)
     proxied: bool = False  # the probe's clients bootstrap through the Toxiproxy proxies
+    kafka_proxied: bool = False  # ... or through the Kafka protocol proxy
     pairs_with: tuple[str, ...] = ()  # the faults that make this preset bite
 
     def probe_settings(self, cluster: LocalCluster | None = None) -> dict[str, str]:
         out = dict(self.settings)
         if self.proxied and cluster is not None:
             out["kafka.bootstrap.servers"] = cluster.proxied_bootstrap
+        if self.kafka_proxied and cluster is not None:
+            out["kafka.bootstrap.servers"] = cluster.ports.kafka_proxy_bootstrap
         return out
 
     def client_settings(self, section: str) -> dict[str, str]:
@@ -52,6 +56,24 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         proxied=True,
         pairs_with=("net-latency", "net-timeout", "net-reset", "net-bandwidth", "net-slicer",
                     "net-down"),
+    ),
+    Preset(
+        "kafka-proxied",
+        "the probe's safe settings, every client behind the Kafka protocol proxy",
+        kafka_proxied=True,
+        pairs_with=("proxy-spurious-offset", "proxy-server-side-filtering",
+                    "proxy-torn-transaction", "proxy-duplicate"),
+    ),
+    Preset(
+        "kafka-proxied-aborts",
+        "read_committed consumers behind the Kafka protocol proxy while many transactions "
+        "abort: what a broker that serves read_committed fetches as read_uncommitted exposes",
+        settings={
+            "txn_share": "0.5",  # half the ops are transactions (default 0.3) ...
+            "abort_share": "0.5",  # ... and half of those abort (default 0.2)
+        },
+        kafka_proxied=True,
+        pairs_with=("proxy-aborted-read",),
     ),
     Preset(
         "idempotence-off",

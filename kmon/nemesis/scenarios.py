@@ -15,9 +15,11 @@ read, and compares the monitor's anomalies with the expectation:
 it (``duplicate`` only when a value is on disk at two offsets); the runner checks with
 ``kmon.nemesis.segments`` and reports the row as "not provoked" otherwise.
 
-``origin`` tells real faults on real Kafka from injected ones (a fault-injecting layer between
-probe and broker, or a replay into the events topic) for anomalies Kafka cannot be made to
-produce on demand; injected rows have no ``make_fault`` yet.
+``origin`` tells real faults on real Kafka (``real``) from a real broker made to misbehave by
+the Kafka protocol proxy between the probe's clients and the brokers (``proxy``:
+``kmon.nemesis.protocol``), for the anomalies of Kafka-compatible brokers that Kafka cannot
+be made to produce on demand. (``injected``, a replay of a history with the finding written
+in, ``kmon.nemesis.inject``, is what those rows were before the proxy; no row uses it now.)
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING
 from kmon.nemesis.base import Fault
 from kmon.nemesis.network import NetworkFault
 from kmon.nemesis.process import Crash, Pause
+from kmon.nemesis.protocol import ProtocolFault, kafka_proxy_of
 from kmon.nemesis.records import DeleteRecords
 from kmon.nemesis.targets import Target, busiest_partition
 from kmon.nemesis.unclean import UncleanElection
@@ -36,6 +39,13 @@ from kmon.nemesis.unclean import UncleanElection
 if TYPE_CHECKING:
     from kmon.local.cluster import LocalCluster
     from kmon.local.toxiproxy import LocalToxiproxy
+
+# The findings the proxy rows reproduce (Jepsen's report is reference 004 in shared/reference).
+BUFSTREAM = "https://jepsen.io/analyses/bufstream-0.1.0"
+KAFKA_17754 = "https://issues.apache.org/jira/browse/KAFKA-17754"
+KIP_952 = ("https://cwiki.apache.org/confluence/display/KAFKA/KIP-952%3A+Regenerate+"
+           "segment-aligned+producer+snapshots+when+upgrading+to+a+Kafka+version+supporting+"
+           "Tiered+Storage")
 
 # Reported in healthy Kafka too; the policy does not count them (kmon.checker.policy).
 KAFKA_NORMAL = ("G0", "int-send-skip")
@@ -52,9 +62,10 @@ class Scenario:
     must: tuple[str, ...] = ()
     any_of: tuple[str, ...] = ()
     allowed: tuple[str, ...] = KAFKA_NORMAL
-    origin: str = "real"  # "real" or "injected"
+    origin: str = "real"  # "real", "proxy" (or "injected": a replay, no row uses it now)
     evidence: str | None = None
     note: str = ""
+    reproduces: str = ""  # Markdown: the bug the row reproduces and how (proxy rows)
 
 
 def _leader(cluster: LocalCluster, prefix: str) -> Target:
@@ -111,20 +122,77 @@ SCENARIOS: tuple[Scenario, ...] = (
              # read_uncommitted also lets a transaction poll its own not yet committed writes.
              allowed=(*KAFKA_NORMAL, "G1c", "precommitted-read"),
              note="consumers at read_uncommitted read aborted transactions' records"),
-    # Injected: the healthy row's own history replayed with the finding written in
-    # (kmon.nemesis.inject). Records no poller ever returns are also unseen, and pollers that
-    # read on either side of them skipped them; a sender told "offset 0" after a higher offset
-    # saw its sends go backwards: consequences of the finding, not other anomalies.
-    Scenario("torn-transaction", "safe", None, must=("torn-transaction",), origin="injected",
-             allowed=(*KAFKA_NORMAL, "lost-write", "poll-skip", "int-poll-skip", "unseen"),
-             note="KAFKA-17754: one partition of a committed transaction never visible"),
-    Scenario("spurious-zero-offset", "safe", None, must=("duplicate", "inconsistent-offsets"),
-             origin="injected", allowed=(*KAFKA_NORMAL, "nonmonotonic-send"),
-             note="Bufstream #3: sends acknowledged at offset 0, read at their real offset"),
-    Scenario("server-side-filtering", "safe", None, must=("lost-write",), origin="injected",
-             # Transactional records among those hidden tear their transactions.
+    # Through the Kafka protocol proxy: real clients, real brokers, the proxy playing a broker
+    # that misbehaves as the finding says. Records no poller ever returns are also unseen, and
+    # pollers that read on either side of them skipped them; a sender told an offset below
+    # one it had been told before saw its sends go backwards: consequences of the finding,
+    # not other anomalies.
+    Scenario("kproxy-healthy", "kafka-proxied", None, origin="proxy",
+             note="no fault through the Kafka protocol proxy: the proxy itself is not a fault"),
+    Scenario("spurious-zero-offset", "kafka-proxied",
+             lambda c, p, prefix: _proxy_fault(c, "spurious-offset", prefix, 0.05, 5),
+             duration=10.0, must=("duplicate", "inconsistent-offsets"), origin="proxy",
+             allowed=(*KAFKA_NORMAL, "nonmonotonic-send"),
+             note="Bufstream #3: a few produce answers say offset 0; the records are stored at "
+                  "their real offset, where pollers read them",
+             reproduces=f"[Bufstream #3, spurious zero offsets]({BUFSTREAM}) (reference 004, "
+                        "section 4.3): the official client took an answer without an offset as "
+                        "offset 0. The proxy rewrites the base offset of 5% of produce answers "
+                        "(at most 5, offsets above 10) to 0; the broker stored them where they "
+                        "are read"),
+    Scenario("server-side-filtering", "kafka-proxied",
+             lambda c, p, prefix: _proxy_fault(c, "server-side-filtering", prefix, 0.05, 4),
+             duration=10.0, must=("lost-write",), origin="proxy",
              allowed=(*KAFKA_NORMAL, "poll-skip", "int-poll-skip", "unseen",
                       "torn-transaction"),
-             note="Bufstream #5: a run of records left out of every fetch answer"),
+             note="Bufstream #5: a few record batches left out of every fetch answer",
+             reproduces=f"[Bufstream #5, server-side filtering]({BUFSTREAM}) "
+                        "(reference 004, section 4.5): a fetch size filter hid records from "
+                        "consumers. The proxy picks 5% of plain record batches (at most 4) when "
+                        "first fetched and drops them from every fetch answer, so readers pass "
+                        "over them and no reader ever had them"),
+    Scenario("torn-transaction", "kafka-proxied",
+             lambda c, p, prefix: _proxy_fault(c, "torn-transaction", prefix, 0.2, 2),
+             duration=15.0, must=("torn-transaction",), origin="proxy",
+             allowed=(*KAFKA_NORMAL, "lost-write", "poll-skip", "int-poll-skip", "unseen",
+                      "nonmonotonic-send"),
+             note="KAFKA-17754-like: one partition's write in a transaction acknowledged, never "
+                  "stored; the transaction commits",
+             reproduces=f"[KAFKA-17754]({KAFKA_17754}) (reference 004, section 5.4: a produce "
+                        "delayed past its transaction's end): some of a committed transaction's "
+                        "writes visible, one never. The proxy acknowledges one partition's "
+                        "produce in 20% of transactional requests (at most 2) at the offset of "
+                        "that partition's last transaction marker (passed by readers, no value "
+                        "there) and never forwards it; the client commits. Later sequence "
+                        "numbers are moved back so the broker does not refuse the gap"),
+    Scenario("aborted-read", "kafka-proxied-aborts",
+             lambda c, p, prefix: _proxy_fault(c, "aborted-read", prefix, 1.0, 0),
+             duration=10.0, must=("G1a",), origin="proxy",
+             # Uncommitted reads also let a transaction poll its own not yet committed writes.
+             allowed=(*KAFKA_NORMAL, "G1c", "precommitted-read"),
+             note="read_committed fetches served as read_uncommitted: aborted records read",
+             reproduces=f"aborted reads ([KAFKA-17754]({KAFKA_17754}), reference 004, section 5.4: "
+                        "records of aborted transactions read by read_committed consumers). The "
+                        "proxy sends every read_committed fetch as read_uncommitted while many "
+                        "transactions abort"),
+    Scenario("duplicated-produce", "kafka-proxied",
+             lambda c, p, prefix: _proxy_fault(c, "duplicate", prefix, 0.1, 5),
+             duration=10.0, must=("duplicate",), origin="proxy",
+             allowed=(*KAFKA_NORMAL, "nonmonotonic-send", "nonmonotonic-poll", "poll-skip"),
+             note="a produce forwarded twice with its idempotence stripped: stored twice",
+             reproduces="duplicates from a broker that lost an idempotent producer's state "
+                        f"([KIP-952]({KIP_952}), reference 002: an empty producer snapshot "
+                        "expires every producer id, so retries are no longer deduplicated). "
+                        "The proxy strips the producer id and sequence from 10% of plain "
+                        "produce requests (at most 5) and forwards each twice; the client's "
+                        "later sequences are moved back to match"),
 )
+
+
+def _proxy_fault(cluster: LocalCluster, fault: str, prefix: str, rate: float,
+                 max_count: int) -> ProtocolFault:
+    return ProtocolFault(kafka_proxy_of(cluster), fault, prefix=prefix + ".", rate=rate,
+                         max_count=max_count)
+
+
 BY_NAME = {s.name: s for s in SCENARIOS}

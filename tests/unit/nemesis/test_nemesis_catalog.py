@@ -74,8 +74,7 @@ def test_scenarios_name_real_anomalies_and_presets() -> None:
     for s in scenarios.SCENARIOS:
         assert s.preset in presets.PRESETS, s.name
         assert {*s.must, *s.any_of, *s.allowed} <= known, s.name
-        assert s.origin in ("real", "injected")
-        assert s.origin == "real" or s.make_fault is None, s.name
+        assert s.origin in ("real", "proxy"), s.name
     healthy = scenarios.BY_NAME["healthy"]
     assert not healthy.must and not healthy.any_of and healthy.make_fault is None
 
@@ -83,7 +82,8 @@ def test_scenarios_name_real_anomalies_and_presets() -> None:
 def test_the_nemesis_ports_fit_the_layout() -> None:
     ports = Ports(20000)
     kafka, proxy = ports.kafka_ports(), ports.toxiproxy_ports()
-    every = [*kafka.values(), *proxy.values(), ports.prometheus,
+    every = [*kafka.values(), *proxy.values(), *ports.kafka_proxy_ports().values(),
+             ports.kafka_proxy + 4, ports.prometheus, ports.alertmanager,
              *(ports.metrics(s) for s in range(20))]
     assert len(every) == len(set(every))
     assert all(20000 <= p < 20000 + PORT_SPAN // 2 for p in every)
