@@ -152,8 +152,13 @@ class OutputTopics:
         return self.replication_factor
 
     def min_insync_for(self, replicas: int) -> int:
+        """``min.insync.replicas`` for ``replicas``; ConfigError if set above them (every
+        write would then fail with NOT_ENOUGH_REPLICAS)."""
         if self.min_insync_replicas is None:
             return max(1, replicas - 1)
+        if self.min_insync_replicas > replicas:
+            raise ConfigError(f"topics.min.insync.replicas: {self.min_insync_replicas} exceeds "
+                              f"the replication factor {replicas}")
         return self.min_insync_replicas
 
 

@@ -105,6 +105,7 @@ def ensure_topics(cfg: MonitorConfig, timeout: float = 30.0) -> list[TopicReplic
             return []
         brokers = len(meta.brokers)
         replicas = cfg.output.replicas_for(brokers)
+        cfg.output.min_insync_for(replicas)  # fails before anything is created
         wanted = [t for t in _output_names(cfg) if t not in meta.topics]
         if wanted:
             _create(admin, cfg, wanted, replicas, timeout)
@@ -121,12 +122,13 @@ def ensure_topics(cfg: MonitorConfig, timeout: float = 30.0) -> list[TopicReplic
 
 def check_replication(cfg: MonitorConfig, timeout: float = 10.0) -> None:
     """Raise ``ConfigError`` if ``topics.replication.factor`` asks for more replicas than the
-    cluster has brokers: called before Spark starts, so a bad value fails at once. An
-    unreachable cluster is not an error here (``ensure_topics`` tries again)."""
+    cluster has brokers, or ``topics.min.insync.replicas`` for more than the replicas: called
+    before Spark starts, so a bad value fails at once. An unreachable cluster is not an error
+    here (``ensure_topics`` tries again)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    if cfg.output.replication_factor is None:
+    if cfg.output.replication_factor is None and cfg.output.min_insync_replicas is None:
         return
     with AdminClient(_client_settings(cfg)) as admin:
         try:
@@ -134,7 +136,7 @@ def check_replication(cfg: MonitorConfig, timeout: float = 10.0) -> None:
         except KafkaException as e:
             log.warning("could not read the cluster's brokers (%s)", e)
             return
-    cfg.output.replicas_for(brokers)
+    cfg.output.min_insync_for(cfg.output.replicas_for(brokers))
 
 
 def _output_names(cfg: MonitorConfig) -> tuple[str, str, str]:

@@ -63,6 +63,14 @@ def test_min_insync_above_the_replication_factor_fails_naming_both() -> None:
                         "topics.min.insync.replicas": 3}, env={})
 
 
+def test_min_insync_above_the_automatic_replication_factor_fails(admin: FakeAdmin) -> None:
+    admin.brokers = 2  # auto: 2 replicas
+    with pytest.raises(ConfigError, match=r"^topics\.min\.insync\.replicas: 3 exceeds the "
+                                          r"replication factor 2$"):
+        kafka.ensure_topics(cfg(topics_min_insync_replicas=3))
+    assert admin.created == []
+
+
 def test_kmon_monitor_refuses_a_bad_replication_factor_at_once(capsys) -> None:
     from kmon.cli import main
 
