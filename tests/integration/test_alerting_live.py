@@ -47,7 +47,7 @@ from tests.integration.promapi import Prom
 # (tens of seconds, its first batch included) must not look stalled, a restart must not look
 # down.
 LIVE_RULES = RuleConfig(
-    anomaly_window="60s", down_for="90s", monitor_stalled_after_s=120, input_window="60s",
+    anomaly_window="60s", down_for="90s", monitor_stalled_after_s=180, input_window="60s",
     blind_for="20s", probe_blind_after_s=30,
 )
 ROUTING = Routing(group_wait="1s", group_interval="2s", repeat_interval="1h")
