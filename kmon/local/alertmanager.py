@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -137,10 +136,5 @@ class LocalAlertmanager:
 
     def down(self, timeout: float = 20.0) -> None:
         pid = self.pid()
-        if pid is None:
-            return
-        procs.signal_pid(pid, signal.SIGTERM)
-        if not procs.wait_dead(pid, timeout):
-            procs.signal_pid(pid, signal.SIGKILL)
-            procs.wait_dead(pid, 10.0)
-        (self.root / "pid").unlink(missing_ok=True)
+        if pid is not None:
+            procs.terminate(self.root / "pid", pid, timeout)

@@ -14,7 +14,6 @@ the topics that have replicas on it before stopping it, or they stay under-repli
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -94,13 +93,8 @@ class ExtraBroker:
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (a clean shutdown moves its leaderships away), then SIGKILL."""
         pid = self.pid()
-        if pid is None:
-            return
-        procs.signal_pid(pid, signal.SIGTERM)
-        if not procs.wait_dead(pid, timeout):
-            procs.signal_pid(pid, signal.SIGKILL)
-            procs.wait_dead(pid, 10.0)
-        (self.dir / "pid").unlink(missing_ok=True)
+        if pid is not None:
+            procs.terminate(self.dir / "pid", pid, timeout)
 
     def _java(self) -> list[str]:
         jars = installed_kafka(self.cluster.cache).classpath

@@ -116,6 +116,17 @@ def wait_dead(pid: int, timeout: float) -> bool:
         time.sleep(0.05)
 
 
+def terminate(pid_file: Path, pid: int | None, timeout: float) -> None:
+    """Stop a server: SIGTERM (its clean shutdown), SIGKILL after ``timeout`` seconds, then
+    forget its pid file. ``pid`` None: nothing runs, only the file goes."""
+    if pid is not None:
+        signal_pid(pid, signal.SIGTERM)
+        if not wait_dead(pid, timeout):
+            signal_pid(pid, signal.SIGKILL)
+            wait_dead(pid, 10.0)
+    pid_file.unlink(missing_ok=True)
+
+
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     """True if something is bound to ``port`` (a server would fail to listen on it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

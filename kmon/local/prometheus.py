@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -185,13 +184,8 @@ class LocalPrometheus:
 
     def down(self, timeout: float = 20.0) -> None:
         pid = self.pid()
-        if pid is None:
-            return
-        procs.signal_pid(pid, signal.SIGTERM)
-        if not procs.wait_dead(pid, timeout):
-            procs.signal_pid(pid, signal.SIGKILL)
-            procs.wait_dead(pid, 10.0)
-        self.pid_path.unlink(missing_ok=True)
+        if pid is not None:
+            procs.terminate(self.pid_path, pid, timeout)
 
     def status(self) -> str:
         pid = self.pid()

@@ -25,7 +25,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -283,13 +282,8 @@ class LocalToxiproxy:
 
     def down(self, timeout: float = 10.0) -> None:
         pid = self.pid()
-        if pid is None:
-            return
-        procs.signal_pid(pid, signal.SIGTERM)
-        if not procs.wait_dead(pid, timeout):
-            procs.signal_pid(pid, signal.SIGKILL)
-            procs.wait_dead(pid, 10.0)
-        self.pid_path.unlink(missing_ok=True)
+        if pid is not None:
+            procs.terminate(self.pid_path, pid, timeout)
 
     def status(self) -> str:
         pid = self.pid()

@@ -75,3 +75,31 @@ def test_a_spawned_process_is_recognised_at_once(tmp_path: Path) -> None:
         finally:
             procs.signal_pid(pid, signal.SIGKILL)
             assert procs.wait_dead(pid, 10)
+
+
+def test_terminate_stops_a_server_and_forgets_its_pid_file(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    pid_file = tmp_path / "pid"
+    pid_file.write_text(f"{sleeper.pid}\n")
+    procs.terminate(pid_file, sleeper.pid, timeout=10)
+    assert sleeper.wait(10) == -signal.SIGTERM  # asked, not killed
+    assert not pid_file.exists()
+
+
+def test_terminate_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
+    stubborn = subprocess.Popen([sys.executable, "-c",
+                                 "import signal, sys, time; "
+                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                 "print('ready', flush=True); time.sleep(60)"],
+                                stdout=subprocess.PIPE)
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == b"ready\n"
+        pid_file = tmp_path / "pid"
+        pid_file.write_text(f"{stubborn.pid}\n")
+        procs.terminate(pid_file, stubborn.pid, timeout=0.5)
+        assert stubborn.wait(10) == -signal.SIGKILL
+        assert not pid_file.exists()
+    finally:
+        stubborn.kill()
+        stubborn.wait()
