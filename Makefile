@@ -13,7 +13,9 @@ INSTALLED := $(VENV)/.installed
 # of pinned versions into $KMON_CACHE/bin, a few minutes once), offline Kubernetes and CRD
 # schemas for kubeconform, chromium (apt) for the investigate page; under a second when warm.
 # `kmon nemesis install-tools`: toxiproxy-server (go install of a pinned version into
-# $KMON_CACHE/bin, about 35 s once) for the network faults.
+# $KMON_CACHE/bin, about 35 s once) for the network faults, and the Kafka protocol proxy
+# (Kroxylicious + kmon/local/proxy, built by Maven into $KMON_CACHE, about 20 s once per
+# change of its sources) for the Kafka-compatible brokers' bugs.
 setup: $(INSTALLED)
 	$(BIN)/kmon setup
 	$(BIN)/kmon dashboards install-tools

@@ -310,6 +310,7 @@ def _list(args: argparse.Namespace) -> int:
     for verb in FAULT_VERBS:
         extra = f" ({', '.join(KINDS)})" if verb == "net" else ""
         print(f"  {verb}{extra}")
+    print(f"  broker-bug ({', '.join(PROXY_FAULTS)}; through the Kafka protocol proxy)")
     print("presets (kmon nemesis preset NAME):")
     for p in presets.PRESETS.values():
         print(f"  {p.name:<18} {p.summary}")

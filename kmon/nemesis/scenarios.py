@@ -141,14 +141,14 @@ SCENARIOS: tuple[Scenario, ...] = (
                         "(at most 5, offsets above 10) to 0; the broker stored them where they "
                         "are read"),
     Scenario("server-side-filtering", "kafka-proxied",
-             lambda c, p, prefix: _proxy_fault(c, "server-side-filtering", prefix, 0.05, 4),
+             lambda c, p, prefix: _proxy_fault(c, "server-side-filtering", prefix, 0.1, 4),
              duration=10.0, must=("lost-write",), origin="proxy",
              allowed=(*KAFKA_NORMAL, "poll-skip", "int-poll-skip", "unseen",
                       "torn-transaction"),
              note="Bufstream #5: a few record batches left out of every fetch answer",
              reproduces=f"[Bufstream #5, server-side filtering]({BUFSTREAM}) "
                         "(reference 004, section 4.5): a fetch size filter hid records from "
-                        "consumers. The proxy picks 5% of plain record batches (at most 4) when "
+                        "consumers. The proxy picks 10% of plain record batches (at most 4) when "
                         "first fetched and drops them from every fetch answer, so readers pass "
                         "over them and no reader ever had them"),
     Scenario("torn-transaction", "kafka-proxied",
@@ -169,7 +169,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              lambda c, p, prefix: _proxy_fault(c, "aborted-read", prefix, 1.0, 0),
              duration=10.0, must=("G1a",), origin="proxy",
              # Uncommitted reads also let a transaction poll its own not yet committed writes.
-             allowed=(*KAFKA_NORMAL, "G1c", "precommitted-read"),
+             # Consumers also skipped a few committed records (6 poll-skip, 2 int-poll-skip in
+             # the first run, the same in `kmon check`): librdkafka reads those answers as
+             # read_committed ones, and a later-committed record it was handed before its
+             # commit is passed over; a consequence of the fault, as in Bufstream's runs.
+             allowed=(*KAFKA_NORMAL, "G1c", "precommitted-read", "poll-skip", "int-poll-skip"),
              note="read_committed fetches served as read_uncommitted: aborted records read",
              reproduces=f"aborted reads ([KAFKA-17754]({KAFKA_17754}), reference 004, section 5.4: "
                         "records of aborted transactions read by read_committed consumers). The "
