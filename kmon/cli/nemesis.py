@@ -158,6 +158,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_stack_args(v)
     v.add_argument("--minutes", type=float, default=30.0, help="default 30")
     v.add_argument("--rate", type=float, default=30.0, help="probe ops/s (default 30)")
+    v = verbs.add_parser("chaos", help="a seeded random schedule of faults for --minutes; "
+                         "zero false alarms, nothing missed?",
+                         description="Probes and a monitor process on the running local stack "
+                         "while a seeded schedule of faults plays back to back (broker pauses, "
+                         "kills and a rolling restart, the controller, network latency, resets "
+                         "and partitions, a probe and the monitor killed); with --lossy also "
+                         "DeleteRecords, an unclean election and retries without idempotence. "
+                         "Writes the schedule, histories and result.json to --out; exit 1 "
+                         "unless every check held (docs/nemesis.md#chaos).")
+    add_stack_args(v)
+    v.add_argument("--minutes", type=float, default=30.0, help="default 30")
+    v.add_argument("--seed", type=int, default=1, help="the schedule's seed (default 1)")
+    v.add_argument("--lossy", action="store_true", help="mix in the lossy faults")
+    v.add_argument("--kinds", nargs="+", metavar="KIND", help="only these fault kinds")
+    v.add_argument("--rate", type=float, default=20.0, help="probe ops/s each (default 20)")
+    v.add_argument("--out", type=Path, metavar="DIR",
+                   help="work directory (default: a new one under KMON_HOME)")
+    v.add_argument("--plan", action="store_true", help="print the schedule and exit")
     v = verbs.add_parser("install-tools",
                          help="go install the pinned toxiproxy-server into $KMON_CACHE/bin; "
                          "build the Kafka protocol proxy (Maven) into $KMON_CACHE")
@@ -462,8 +480,33 @@ def _soak(args: argparse.Namespace) -> int:
     return 0 if result["verdict"] == "pass" and not result["kmon_check"] else 1
 
 
+def _chaos(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from kmon.nemesis import health
+    from kmon.nemesis.chaos import ChaosSettings, plan
+    from kmon.nemesis.chaos_run import run_chaos
+
+    settings = ChaosSettings(minutes=args.minutes, seed=args.seed, lossy=args.lossy,
+                             kinds=tuple(args.kinds or ()), rate=args.rate)
+    if args.plan:
+        for step in plan(settings):
+            print(json.dumps(step.__dict__))
+        return 0
+    cluster, proxy = _stack(args)
+    wrong = health.problems(cluster, proxy)
+    if wrong:
+        raise SystemExit(f"kmon nemesis chaos: the local stack is not healthy: {'; '.join(wrong)}")
+    workdir = args.out or Path(tempfile.mkdtemp(prefix="chaos-", dir=cluster.home))
+    print(f"chaos: seed {args.seed}, {len(plan(settings))} steps, in {workdir}", flush=True)
+    result = run_chaos(cluster, proxy, workdir, settings,
+                       on_step=lambda r: print(json.dumps(r.as_json(), default=str), flush=True))
+    print(json.dumps({k: v for k, v in result.as_json().items() if k != "steps"}, indent=1))
+    return 0 if result.passed else 1
+
+
 _VERBS: dict[str, Any] = {
     "preset": _preset, "list": _list, "proxy": _proxy, "status": _status, "heal": _heal,
     "install-tools": _install_tools,
-    "broker-bug": _broker_bug, "matrix": _run_matrix, "soak": _soak,
+    "broker-bug": _broker_bug, "matrix": _run_matrix, "soak": _soak, "chaos": _chaos,
 }

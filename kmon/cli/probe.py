@@ -127,9 +127,13 @@ def _serve_metrics(cfg: Any) -> Any:
 
 
 def _run(cfg: Any) -> int:
+    import faulthandler
+
     from kmon.probes.config import ConfigError
     from kmon.probes.workload import Workload
 
+    # A crash in the native client (librdkafka) prints every Python thread's stack to stderr.
+    faulthandler.enable(all_threads=True)
     metrics = _serve_metrics(cfg)
     with ExitStack() as stack:
         history = None

@@ -26,6 +26,7 @@ START_TIMEOUT = 90.0  # spawn, import, create the events topic
 # A shutdown's own bounds (in-flight ops, final read, client closes) add up to about 100 s
 # in the worst case; one still running after this dumps its stacks.
 SHUTDOWN_DUMP_AFTER = 120.0
+EXIT_TIMEOUT = 30.0  # from the summary to the process' exit (interpreter teardown)
 
 
 class ProbeDied(RuntimeError):
@@ -69,15 +70,29 @@ class ProbeChild:
         try:
             kind, payload = self._receive(timeout, "shutdown")
         finally:
-            self._proc.join(10)
+            self._proc.join(EXIT_TIMEOUT)
             if self._proc.is_alive():
                 self._proc.kill()
                 self._proc.join(5)
             self._conn.close()
         if kind == "error":
             raise RuntimeError(f"the probe failed: {payload}")
+        # A crash after the summary (its clients' teardown at exit) is a crash all the same:
+        # an operator's probe would die the same way on every stop.
+        code = self._proc.exitcode
+        if code is not None and code < 0:
+            raise ProbeDied(f"the probe process died after its summary: {_exit_text(code)}")
         summary, self.metrics_text = payload
         return summary
+
+    def kill(self) -> int:
+        """SIGKILL the probe's process (a pod evicted, a node lost); returns its pid."""
+        pid = int(self._proc.pid)
+        self._proc.kill()
+        self._proc.join(10)
+        with contextlib.suppress(OSError):
+            self._conn.close()
+        return pid
 
     def sample(self, name: str, labels: dict[str, str]) -> float | None:
         """One sample of the stopped probe's metrics (None: no such sample); ``labels`` need

@@ -1,0 +1,543 @@
+"""Running a chaos schedule (``kmon.nemesis.chaos``): the monitor's process, the probes, the
+steps, and the verdicts at the end."""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kmon.nemesis import presets
+from kmon.nemesis.chaos import ChaosSettings, Step, StepRecord, plan, write_schedule
+from kmon.nemesis.matrix import MONITOR_TIMING, OFFLINE_ONLY, offline_counts_of, read_topic
+from kmon.nemesis.probe_child import ProbeChild, ProbeDied
+from kmon.nemesis.scenarios import KAFKA_NORMAL
+
+if TYPE_CHECKING:
+    from kmon.local.cluster import LocalCluster
+    from kmon.local.toxiproxy import LocalToxiproxy
+    from kmon.nemesis.base import Fault
+
+log = logging.getLogger("kmon.nemesis.chaos")
+
+# KmonMonitorStalled's threshold (dashboards.rules.RuleConfig.monitor_stalled_after_s): the
+# monitor must never go longer than this without finishing a micro-batch.
+BLIND_LIMIT_S = 300.0
+# Loss types a lossy probe's history can prove; the monitor's counts must equal check's.
+LOSS_TYPES = ("lost-write", "duplicate", "inconsistent-offsets")
+# A probe process killed on purpose leaves its last acknowledged values unread under its id
+# (its replacement reads them under its own): those unseen verdicts are the kill's, not a loss.
+KILLED_ALLOWED = ("unseen",)
+# The probes: role -> preset. Safe roles must cost nothing; lossy roles exist with lossy.
+SAFE_ROLES = {"safe": "safe", "proxied": "proxied"}
+LOSSY_ROLES = {"lagging": "lagging-readers", "unclean": "unclean",
+               "idempotence-off": "idempotence-off"}
+
+
+def core_dumps() -> None:
+    """Let this process and its children leave a core when they crash (preexec and self)."""
+    hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+
+
+class MonitorProcess:
+    """``kmon monitor`` in a process of its own (its own Spark driver), killable and restarted
+    from its checkpoint."""
+
+    def __init__(self, cluster: LocalCluster, workdir: Path, tag: str, port: int) -> None:
+        self.cluster, self.workdir, self.tag, self.port = cluster, workdir, tag, port
+        self.events_topic = f"kmon-ch-ev-{tag}"
+        self.anomalies_topic = f"kmon-ch-an-{tag}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.kills: list[float] = []
+
+    def command(self) -> list[str]:
+        sets = {"topics.anomalies": self.anomalies_topic, "topics.facts": f"kmon-ch-fa-{self.tag}",
+                "topics.dead-letters": f"kmon-ch-dl-{self.tag}", "trigger": "1s",
+                "txn.trigger": "1s", **MONITOR_TIMING}
+        cmd = [sys.executable, "-X", "faulthandler", "-m", "kmon.cli", "monitor",
+               "-b", self.cluster.bootstrap, "--events-topic", self.events_topic,
+               "--checkpoint", str(self.workdir / "checkpoint"),
+               "--metrics-port", str(self.port)]
+        for k, v in sets.items():
+            cmd += ["--set", f"{k}={v}"]
+        return cmd
+
+    def start(self) -> None:
+        self.starts += 1
+        logf = open(self.workdir / f"monitor-{self.starts}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
+                                     preexec_fn=core_dumps, cwd=self.workdir)
+        logf.close()
+
+    def kill(self) -> int:
+        """SIGKILL the driver (a pod evicted, a node lost); returns its pid."""
+        assert self.proc is not None
+        pid = self.proc.pid
+        self.proc.kill()
+        self.proc.wait()
+        self.kills.append(time.time())
+        return pid
+
+    def stop(self) -> int | None:
+        """SIGTERM, as a pod's stop does; returns its exit code."""
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def crashed(self) -> int | None:
+        """The exit code if the monitor died on its own (not killed by us), else None."""
+        return self.proc.poll() if self.proc is not None else None
+
+    def metrics(self) -> dict[str, float] | None:
+        """Its unlabelled samples summed by name (None: not answering)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        out: Counter[str] = Counter()
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                out[s.name] += s.value
+        return dict(out)
+
+
+class BlindWatch(threading.Thread):
+    """Samples the monitor's last finished micro-batch every ``every`` s; ``worst`` is the
+    longest it went without one, as ``KmonMonitorStalled`` measures it (down time included:
+    a killed driver finishes nothing), from its first batch on (the first start is set-up)."""
+
+    def __init__(self, monitor: MonitorProcess, every: float = 2.0) -> None:
+        super().__init__(name="kmon-chaos-blind", daemon=True)
+        self.monitor, self.every = monitor, every
+        self.last_batch: float | None = None
+        self.worst = 0.0
+        self.worst_at = 0.0
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.every):
+            m = self.monitor.metrics()
+            ts = (m or {}).get("kmon_monitor_last_batch_timestamp_seconds", 0.0)
+            # The gauge holds the process' start until its first batch: a restarted driver
+            # is still blind then.
+            started = (m or {}).get("kmon_monitor_start_timestamp_seconds", 0.0)
+            if ts > started and (self.last_batch is None or ts > self.last_batch):
+                self.last_batch = ts
+            if self.last_batch is None:
+                continue
+            blind = time.time() - self.last_batch
+            if blind > self.worst:
+                self.worst, self.worst_at = blind, time.time()
+
+
+@dataclass
+class ProbeSlot:
+    """One probe role; each incarnation a process (a killed one is replaced, same name and
+    topics, a new probe id)."""
+
+    role: str
+    preset: str
+    name: str
+    current: ProbeChild | None = None
+    ids: list[str] = field(default_factory=list)
+    killed: list[str] = field(default_factory=list)
+    histories: dict[str, Path] = field(default_factory=dict)
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    crashes: list[str] = field(default_factory=list)
+
+    @property
+    def prefix(self) -> str:
+        return f"kmon-ch-{self.name}"
+
+
+@dataclass
+class ChaosResult:
+    """The verdicts: ``passed`` only if every check held."""
+
+    seed: int
+    minutes: float
+    steps: list[dict[str, Any]]
+    ops: dict[str, int]  # probe id -> op events in the events topic
+    monitor: dict[str, dict[str, int]]  # probe id -> types the monitor reported
+    offline: dict[str, dict[str, int]]  # probe id -> what kmon check finds
+    unaccounted: list[str]  # probe ids whose history and events disagree
+    crashes: list[str]  # probe or monitor processes that died on their own
+    killed: list[str]  # probe ids killed on purpose
+    blind_s: float
+    failures: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def as_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {**asdict(self), "passed": self.passed}
+
+
+class Chaos:
+    """Probes, a monitor process and a seeded schedule on the local cluster."""
+
+    def __init__(self, cluster: LocalCluster, proxy: LocalToxiproxy, workdir: Path,
+                 settings: ChaosSettings) -> None:
+        from kmon.nemesis.runner import Nemesis
+
+        self.cluster, self.proxy, self.settings = cluster, proxy, settings
+        self.workdir = Path(workdir)
+        self.tag = uuid.uuid4().hex[:6]
+        self.nemesis = Nemesis(cluster, proxy)
+        self.monitor = MonitorProcess(cluster, self.workdir, self.tag,
+                                      cluster.ports.metrics(19))
+        roles = {**SAFE_ROLES, **(LOSSY_ROLES if settings.lossy else {})}
+        self.slots = {r: ProbeSlot(r, p, f"{self.tag}-{r}") for r, p in roles.items()}
+        self.records: list[StepRecord] = []
+        self.watch = BlindWatch(self.monitor)
+        self.steps = plan(settings)
+        self.crashes_seen: list[str] = []  # the monitor dying on its own
+
+    # -- start and stop -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        core_dumps()
+        self._create_events_topic()
+        self.monitor.start()
+        for slot in self.slots.values():
+            self._start_probe(slot)
+        self.watch.start()
+
+    def _create_events_topic(self) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        # RF 3, min ISR 2: the events survive a broker loss, as the probes' own topic would.
+        with AdminClient({"bootstrap.servers": self.cluster.bootstrap}) as admin:
+            new = NewTopic(self.monitor.events_topic, num_partitions=4, replication_factor=3,
+                           config={"min.insync.replicas": "2"})
+            admin.create_topics([new])[self.monitor.events_topic].result(30)
+
+    def _start_probe(self, slot: ProbeSlot) -> None:
+        n = len(slot.ids)
+        history = self.workdir / f"{slot.name}-{n}.jsonl"
+        st = self.settings
+        child = ProbeChild({
+            "kafka.bootstrap.servers": self.cluster.bootstrap,
+            "events.kafka.bootstrap.servers": self.cluster.bootstrap,
+            "name": slot.name, "topic_prefix": slot.prefix,
+            "events.topic": self.monitor.events_topic, "rate": str(st.rate),
+            "processes": str(st.processes), "metrics.port": "0", "catchup_interval": "10",
+            "final_read_timeout": "30",
+            **presets.get(slot.preset).probe_settings(self.cluster)}, history)
+        child.start()
+        slot.current = child
+        slot.ids.append(child.probe_id)
+        slot.histories[child.probe_id] = history
+
+    def stop_probes(self) -> None:
+        for slot in self.slots.values():
+            child, slot.current = slot.current, None
+            if child is None:
+                continue
+            try:
+                slot.summaries[child.probe_id] = child.shutdown()
+            except ProbeDied as exc:
+                slot.crashes.append(f"{child.probe_id}: {exc}")
+
+    # -- the schedule -----------------------------------------------------------------------
+
+    def run(self, on_step: Any = None) -> None:
+        t0 = time.monotonic()
+        for step in self.steps:
+            delay = step.at - (time.monotonic() - t0)
+            if delay > 0:
+                time.sleep(delay)
+            rec = self._do(step)
+            self.records.append(rec)
+            write_schedule(self.workdir / "schedule.jsonl", self.records)
+            if on_step is not None:
+                on_step(rec)
+            self._check_processes()
+        left = self.settings.minutes * 60 - (time.monotonic() - t0)
+        if left > 0:
+            time.sleep(left)
+
+    def _check_processes(self) -> None:
+        """A probe or the monitor that died on its own is a crash: say so, carry on."""
+        code = self.monitor.crashed()
+        if code is not None:
+            log.error("the monitor died on its own (exit %s); restarting it", code)
+            self.crashes_seen.append(f"monitor exit {code}")
+            self.monitor.start()
+
+    def _do(self, step: Step) -> StepRecord:
+        rec = StepRecord(step, started_at=time.time())
+        try:
+            if step.kind == "kill-probe":
+                rec.info = self._kill_probe(step)
+            elif step.kind == "kill-monitor":
+                rec.info = {"killed_pid": self.monitor.kill()}
+                self.monitor.start()
+            else:
+                fault = self._fault(step)
+                try:
+                    self.nemesis.start(fault)
+                    time.sleep(step.hold)
+                finally:
+                    self.nemesis.stop(fault)
+                    _release(fault)
+                rec.info = fault.record.as_json()
+        except Exception as exc:
+            log.exception("step %s", step)
+            rec.error = f"{type(exc).__name__}: {exc}"
+            self._heal()
+        rec.ended_at = time.time()
+        return rec
+
+    def _heal(self) -> None:
+        from kmon.nemesis import health
+
+        try:
+            self.nemesis.heal()
+            health.wait_healthy(self.cluster, self.proxy, 300.0)
+        except Exception:
+            log.exception("heal after a failed step")
+
+    def _kill_probe(self, step: Step) -> dict[str, Any]:
+        safe = [s for s in self.slots.values() if s.role in SAFE_ROLES]
+        slot = safe[int(step.pick * len(safe))]
+        child = slot.current
+        assert child is not None
+        pid = child.kill()
+        slot.killed.append(child.probe_id)
+        self._start_probe(slot)
+        return {"probe": slot.killed[-1], "pid": pid, "replacement": slot.ids[-1]}
+
+    def _fault(self, step: Step) -> Fault:
+        from kmon.nemesis.network import NetworkFault
+        from kmon.nemesis.process import Crash, Pause
+        from kmon.nemesis.records import DeleteRecords
+        from kmon.nemesis.rolling import RollingRestart, active_controller
+        from kmon.nemesis.scenarios import _leader
+        from kmon.nemesis.targets import Target
+        from kmon.nemesis.unclean import UncleanElection
+
+        c, p, k, pick = self.cluster, self.proxy, step.kind, step.pick
+        node = Target(node=1 + int(pick * 3))
+        safe_prefix = self.slots["safe" if pick < 0.5 else "proxied"].prefix
+        if k in ("pause-leader", "crash-leader"):
+            return (Pause if k.startswith("pause") else Crash)(c, _leader(c, safe_prefix))
+        if k in ("pause-controller", "crash-controller"):
+            target = Target(node=active_controller(c))
+            return (Pause if k.startswith("pause") else Crash)(c, target)
+        if k == "rolling-restart":
+            return RollingRestart(c)
+        if k == "events-leader":  # the monitor's input fails over under it
+            target = Target(topic=self.monitor.events_topic, partition=int(pick * 4))
+            return (Pause if pick < 0.5 else Crash)(c, target)
+        if k == "net-latency":
+            return NetworkFault(p, "latency", latency_ms=300, jitter_ms=100)
+        if k == "net-reset":
+            return NetworkFault(p, "reset", timeout_ms=200)
+        if k == "net-partition":
+            return NetworkFault(p, "down", [node])
+        if k == "delete-records":
+            return DeleteRecords(c, topic_prefix=self.slots["lagging"].prefix, count=4,
+                                 interval=1.0)
+        if k == "unclean-election":
+            return UncleanElection(c, topic_prefix=self.slots["unclean"].prefix, lag=6.0)
+        if k == "idempotence-off":
+            return NetworkFault(p, "timeout", [_leader(c, self.slots["idempotence-off"].prefix)],
+                                cluster=c)
+        raise ValueError(f"no fault for {k}")
+
+
+def _release(fault: Fault) -> None:
+    release = getattr(fault, "release", None)
+    if release is not None:
+        release()
+
+
+# -- the end: settle, read back, judge ------------------------------------------------------
+
+
+def events_by_probe(bootstrap: str, topic: str) -> tuple[dict[str, list[Any]], int]:
+    """The op events now in ``topic`` grouped by probe id (in partition order, then merged by
+    index per probe), and how many records the topic holds (ticks included)."""
+    from kmon.history.avro import decode_event
+    from kmon.history.model import is_clock_tick
+
+    out: dict[str, list[Any]] = {}
+    msgs = read_topic(bootstrap, topic, timeout=300.0)
+    for msg in msgs:
+        op = decode_event(msg.value(), msg.headers())
+        if not is_clock_tick(op) and op.meta is not None:
+            out.setdefault(op.meta.probe, []).append(op)
+    for ops in out.values():
+        ops.sort(key=lambda o: o.index)
+    return out, len(msgs)
+
+
+def settle(chaos: Chaos, records: int) -> None:
+    """Wait until the monitor read ``records`` events, then move its watermark past every
+    grace period with clock ticks (twice: stage 2 decides on what stage 1's decisions sent)."""
+    from confluent_kafka import Producer
+
+    from kmon.streaming import replay
+
+    timeout = chaos.settings.settle_timeout
+    for round_ in range(3):
+        _wait_events(chaos.monitor, records, timeout)
+        if round_ == 2:
+            break
+        time.sleep(5 + 10 + 2)  # watermark delay + grace + two triggers (MONITOR_TIMING)
+        producer = Producer({"bootstrap.servers": chaos.cluster.bootstrap})
+        try:
+            records += replay.produce(producer, chaos.monitor.events_topic,
+                                      [replay.clock_tick(time.time_ns(), "chaos-clock")])
+        finally:
+            producer.close()
+    time.sleep(6)  # the last micro-batches' outputs
+
+
+def _wait_events(monitor: MonitorProcess, n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        m = monitor.metrics() or {}
+        if m.get("kmon_monitor_events_total", 0) >= n:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the monitor read {m.get('kmon_monitor_events_total')} of {n} "
+                               f"events in {timeout:.0f}s")
+        time.sleep(2)
+
+
+def _serious(counts: dict[str, int], allowed: tuple[str, ...] = ()) -> dict[str, int]:
+    """The counts that are anomalies here: Kafka's normal ones, the offline-only ones and
+    ``allowed`` left out."""
+    skip = set(KAFKA_NORMAL) | set(OFFLINE_ONLY) | set(allowed)
+    return {t: n for t, n in counts.items() if n and t not in skip}
+
+
+def monitor_counts(bootstrap: str, anomalies_topic: str) -> dict[str, dict[str, int]]:
+    """Verdicts per probe id from the evidence topic (first records only, by id)."""
+    from kmon.nemesis.matrix import read_evidence
+
+    out: dict[str, Counter[str]] = {}
+    for e in read_evidence(bootstrap, anomalies_topic):
+        if not e.get("update"):
+            out.setdefault(e["probe"], Counter())[e["anomaly"]] += 1
+    return {p: dict(c) for p, c in out.items()}
+
+
+def judge(chaos: Chaos, ops: dict[str, list[Any]], reported: dict[str, dict[str, int]],
+          ) -> ChaosResult:
+    from kmon.history import iter_ops
+
+    failures: list[str] = []
+    offline: dict[str, dict[str, int]] = {}
+    unaccounted: list[str] = []
+    crashes = list(chaos.crashes_seen)
+    for slot in chaos.slots.values():
+        crashes += slot.crashes
+        for pid in slot.ids:
+            mine = ops.get(pid, [])
+            if pid in slot.summaries:  # stopped cleanly: its file is the whole history
+                history = list(iter_ops(slot.histories[pid]))
+                offline[pid] = offline_counts_of(history, "read_committed")
+                dropped = slot.summaries[pid].get("events_dropped", 0)
+                if len(history) != len(mine) or dropped:
+                    unaccounted.append(f"{pid}: {len(history)} ops in its history, {len(mine)}"
+                                       f" in the events topic, {dropped} dropped")
+            else:  # killed: what it emitted is what there is
+                offline[pid] = offline_counts_of(mine, "read_committed")
+        failures += _judge_slot(slot, reported, offline)
+    failures += [f"crashed: {c}" for c in crashes]
+    failures += [f"not accounted for: {u}" for u in unaccounted]
+    failures += [f"step {r.step.n} ({r.step.kind}) failed: {r.error}"
+                 for r in chaos.records if r.error]
+    if chaos.watch.worst > BLIND_LIMIT_S:
+        failures.append(f"the monitor was blind {chaos.watch.worst:.0f}s "
+                        f"(KmonMonitorStalled after {BLIND_LIMIT_S:.0f}s)")
+    return ChaosResult(
+        seed=chaos.settings.seed, minutes=chaos.settings.minutes,
+        steps=[r.as_json() for r in chaos.records],
+        ops={p: len(v) for p, v in ops.items()}, monitor=reported, offline=offline,
+        unaccounted=unaccounted, crashes=crashes,
+        killed=[k for s in chaos.slots.values() for k in s.killed],
+        blind_s=round(chaos.watch.worst, 1), failures=failures)
+
+
+def _judge_slot(slot: ProbeSlot, reported: dict[str, dict[str, int]],
+                offline: dict[str, dict[str, int]]) -> list[str]:
+    out = []
+    if slot.role in SAFE_ROLES:
+        for pid in slot.ids:
+            allowed = KILLED_ALLOWED if pid in slot.killed else ()
+            seen = _serious(reported.get(pid, {}), allowed)
+            found = _serious(offline.get(pid, {}), allowed)
+            if seen:
+                out.append(f"false alarm from the monitor on {pid} ({slot.role}): {seen}")
+            if found:
+                out.append(f"kmon check finds {found} in {pid} ({slot.role})")
+        return out
+    for t in LOSS_TYPES:
+        mon = sum(reported.get(pid, {}).get(t, 0) for pid in slot.ids)
+        off = sum(offline.get(pid, {}).get(t, 0) for pid in slot.ids)
+        if mon != off:
+            out.append(f"{slot.role}: the monitor reported {mon} {t}, kmon check finds {off}")
+    return out
+
+
+def finish(chaos: Chaos) -> ChaosResult:
+    """Stop the probes (final reads), let the monitor decide everything, judge."""
+    chaos.stop_probes()
+    ops, records = events_by_probe(chaos.cluster.bootstrap, chaos.monitor.events_topic)
+    settle(chaos, records)
+    chaos.watch.stop_event.set()
+    reported = monitor_counts(chaos.cluster.bootstrap, chaos.monitor.anomalies_topic)
+    code = chaos.monitor.stop()
+    result = judge(chaos, ops, reported)
+    if code not in (0, None, -signal.SIGTERM):
+        result.failures.append(f"the monitor exited {code} on SIGTERM")
+    (chaos.workdir / "result.json").write_text(json.dumps(result.as_json(), indent=1,
+                                                          default=str))
+    return result
+
+
+def run_chaos(cluster: LocalCluster, proxy: LocalToxiproxy, workdir: Path,
+              settings: ChaosSettings, on_step: Any = None) -> ChaosResult:
+    """The whole run: start, the schedule, finish; the cluster healed whatever happens."""
+    chaos = Chaos(cluster, proxy, workdir, settings)
+    try:
+        chaos.start()
+        chaos.run(on_step)
+        return finish(chaos)
+    finally:
+        chaos.nemesis.heal()
+        for slot in chaos.slots.values():
+            if slot.current is not None:
+                slot.current.kill()
+        if chaos.monitor.proc is not None and chaos.monitor.proc.poll() is None:
+            chaos.monitor.kill()
+
