@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # pip runs again only when pyproject.toml changes, so a warm `make setup` takes a second.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup run test lint unit integration bench soak matrix
+.PHONY: setup run test lint unit integration bench soak matrix chaos
 
 # `kmon dashboards install-tools`: the operations tests' tools. helm and kubeconform (go install
 # of pinned versions into $KMON_CACHE/bin, a few minutes once), offline Kubernetes and CRD
@@ -34,8 +34,9 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 
 # The whole suite, set-up included: lint, unit tests, integration tests on a real cluster.
-# The detection matrix runs last, in a pytest of its own: a death of its process by signal
-# (librdkafka under the fault rows) gets one rerun on a fresh stack (tests/run_detection.py).
+# The detection matrix runs last, in a pytest of its own (tests/run_detection.py): a death of
+# its process by signal fails the run, with core dumps on and the crashed threads' stacks
+# printed from the core (no rerun: a rerun would hide a crash an operator would hit too).
 test: setup lint
 	$(BIN)/pytest --ignore=tests/integration/test_detection.py
 	$(BIN)/python tests/run_detection.py
@@ -64,6 +65,19 @@ soak: setup
 	$(BIN)/kmon cluster up
 	$(BIN)/kmon nemesis proxy up
 	$(BIN)/kmon nemesis soak --minutes $(SOAK_MINUTES)
+
+# Chaos: a seeded schedule of faults back to back for CHAOS_MINUTES (broker pauses, kills, a
+# rolling restart, the controller, network faults, a probe and the monitor killed) with probes
+# and a monitor process; exit 1 unless nothing was reported, every op is accounted for and the
+# monitor was never blind past KmonMonitorStalled. CHAOS_FLAGS=--lossy mixes in the lossy
+# faults (every proven loss must be reported, in kmon check's counts). docs/nemesis.md#chaos
+CHAOS_MINUTES ?= 30
+CHAOS_SEED ?= 1
+CHAOS_FLAGS ?=
+chaos: setup
+	$(BIN)/kmon cluster up
+	$(BIN)/kmon nemesis proxy up
+	$(BIN)/kmon nemesis chaos --minutes $(CHAOS_MINUTES) --seed $(CHAOS_SEED) $(CHAOS_FLAGS)
 
 # The detection matrix (about 10 minutes): rewrites docs/detection-matrix.md.
 matrix: setup

@@ -1,21 +1,18 @@
-"""tests/run_detection.py: a death by signal gets one rerun; a failed test does not; a module
-whose every test skipped fails the run (tests/skip_policy.py)."""
+"""tests/run_detection.py: a death by signal fails the run (no rerun) and leaves a core whose
+stacks are printed; a failed test is a verdict; a module whose every test skipped fails the
+run (tests/skip_policy.py)."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from tests import run_detection
-
-
-@pytest.fixture
-def runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    calls: list[str] = []
-    monkeypatch.setattr(run_detection, "_fresh_stack", lambda: calls.append("fresh"))
-    return calls
 
 
 def _codes(monkeypatch: pytest.MonkeyPatch, calls: list[str], codes: list[int]) -> None:
@@ -26,25 +23,43 @@ def _codes(monkeypatch: pytest.MonkeyPatch, calls: list[str], codes: list[int]) 
 
 
 @pytest.mark.parametrize("death", [-11, 139, -6])
-def test_a_death_by_signal_is_rerun_once_on_a_fresh_stack(
-    monkeypatch: pytest.MonkeyPatch, runs: list[str], death: int
-) -> None:
-    _codes(monkeypatch, runs, [death, 0])
-    assert run_detection.main([]) == 0
-    assert runs == ["run", "fresh", "run"]
+def test_a_death_by_signal_fails_the_run_without_a_rerun(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], death: int) -> None:
+    calls: list[str] = []
+    _codes(monkeypatch, calls, [death, 0])
+    monkeypatch.setattr(run_detection, "newest_core", lambda *_: None)
+    assert run_detection.main([]) == death
+    assert calls == ["run"]
+    assert "a crash, not a verdict" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("code", [0, 1, 2])
-def test_a_verdict_stands(monkeypatch: pytest.MonkeyPatch, runs: list[str], code: int) -> None:
-    _codes(monkeypatch, runs, [code])
+def test_a_verdict_stands(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    calls: list[str] = []
+    _codes(monkeypatch, calls, [code])
     assert run_detection.main([]) == code
-    assert runs == ["run"]
+    assert calls == ["run"]
 
 
-def test_a_second_death_fails(monkeypatch: pytest.MonkeyPatch, runs: list[str]) -> None:
-    _codes(monkeypatch, runs, [-11, -11])
-    assert run_detection.main([]) == -11
-    assert runs == ["run", "fresh", "run"]
+CRASH = "import ctypes; ctypes.string_at(0)"  # a read of address 0: SIGSEGV
+
+
+def test_a_crash_leaves_a_core_and_the_crashing_threads_stack(tmp_path: Path) -> None:
+    """The child inherits the core limit; gdb reads the core back (what a crashed matrix
+    run prints). Where cores go to a handler (core_pattern ``|...``) none lands here."""
+    started = time.time() - 1
+    done = subprocess.run([sys.executable, "-c", CRASH], cwd=tmp_path,
+                          preexec_fn=run_detection.allow_cores, capture_output=True)
+    assert done.returncode == -signal.SIGSEGV
+    core = run_detection.newest_core(tmp_path, started)
+    if Path("/proc/sys/kernel/core_pattern").read_text().startswith("|"):
+        assert core is None
+        return
+    assert core is not None
+    out = subprocess.run([sys.executable, "-c", "from pathlib import Path; from tests import "
+                          f"run_detection as r; r.print_core_stacks(Path({str(core)!r}))"],
+                         cwd=run_detection.ROOT, capture_output=True, text=True, timeout=600)
+    assert "SIGSEGV" in out.stdout or "gdb not installed" in out.stdout, out.stdout[-2000:]
 
 
 SKIPPING = '''
