@@ -1,0 +1,129 @@
+"""The Kafka protocol proxy on the suite's cluster, without Spark: it binds loopback only,
+forwards unchanged when no fault is on, and each fault does to real clients what it says.
+
+Each test writes to a topic of its own, switches a fault on for its topic prefix only, and
+releases it at the end (``kafka_proxy.reset``). Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kmon.nemesis.fixtures import kafka_proxy  # noqa: F401  (pytest fixture)
+
+
+@pytest.fixture
+def proxy(kafka_proxy: Any) -> Iterator[Any]:  # noqa: F811
+    kafka_proxy.reset()
+    yield kafka_proxy
+    kafka_proxy.reset()
+
+
+def _topic(cluster: Any) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"kp-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=3)])[name].result(60)
+    return name
+
+
+def _produce(bootstrap: str, topic: str, values: range) -> list[tuple[int, str]]:
+    """(acknowledged offset, value) of each value, one produce at a time."""
+    from confluent_kafka import Producer
+
+    acks: list[tuple[int, str]] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 0})
+
+    def report(err: Any, msg: Any) -> None:
+        assert err is None, err
+        acks.append((msg.offset(), msg.value().decode()))
+
+    for v in values:
+        producer.produce(topic, str(v).encode(), on_delivery=report)
+        assert producer.flush(60) == 0
+    return acks
+
+
+def _read(bootstrap: str, topic: str, until_offset: int) -> list[tuple[int, str]]:
+    """Every (offset, value) a read_committed consumer gets, up to ``until_offset``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                  "enable.auto.commit": False, "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list[tuple[int, str]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while (not got or got[-1][0] < until_offset) and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append((msg.offset(), msg.value().decode()))
+        return got
+    finally:
+        c.close()
+
+
+def _listening(ports: set[int]) -> list[str]:
+    """The local addresses (hex, as /proc/net/tcp* gives them) listening on ``ports``."""
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, port = local.rsplit(":", 1)
+            if state == "0A" and int(port, 16) in ports:  # 0A: LISTEN
+                out.append(addr)
+    return out
+
+
+def test_the_proxy_listens_on_loopback_only(proxy: Any) -> None:
+    bound = _listening(set(proxy.ports.kafka_proxy_ports().values()))
+    assert len(bound) >= 2, bound  # bootstrap and control, and one per broker
+    # Never the wildcard address (0.0.0.0 or ::): 127.0.0.1, possibly v4-mapped in IPv6.
+    assert all(addr.endswith("0100007F") for addr in bound), bound
+
+
+def test_without_a_fault_the_proxy_changes_nothing(proxy: Any, local_cluster: Any) -> None:
+    topic = _topic(local_cluster)
+    acks = _produce(proxy.bootstrap, topic, range(20))
+    assert [o for o, _ in acks] == list(range(20))
+    assert _read(proxy.bootstrap, topic, 19) == acks == _read(local_cluster.bootstrap, topic, 19)
+
+
+def test_spurious_offsets_acknowledge_at_zero(proxy: Any, local_cluster: Any) -> None:
+    topic = _topic(local_cluster)
+    _produce(proxy.bootstrap, topic, range(12))
+    proxy.activate("spurious-offset", prefix=topic, rate=1.0, max_count=3, seconds=60)
+    acks = _produce(proxy.bootstrap, topic, range(12, 20))
+    assert [o for o, _ in acks] == [0, 0, 0, 15, 16, 17, 18, 19]
+    stored = _read(local_cluster.bootstrap, topic, 19)
+    assert stored[12:15] == [(12, "12"), (13, "13"), (14, "14")]  # stored where they belong
+
+
+def test_server_side_filtering_hides_acknowledged_records(proxy: Any,
+                                                          local_cluster: Any) -> None:
+    topic = _topic(local_cluster)
+    proxy.activate("server-side-filtering", prefix=topic, rate=1.0, max_count=2, seconds=60)
+    acks = _produce(proxy.bootstrap, topic, range(10))
+    through = _read(proxy.bootstrap, topic, 9)
+    assert len(through) == 8 and through[-1] == (9, "9"), through
+    assert [a for a in acks if a not in through] == acks[:2]  # the first two ever fetched
+    assert _read(proxy.bootstrap, topic, 9) == through  # hidden from every answer
+    assert _read(local_cluster.bootstrap, topic, 9) == acks  # the broker has them all
+
+
+def test_duplicates_are_stored_twice_and_later_sends_still_go_through(
+        proxy: Any, local_cluster: Any) -> None:
+    topic = _topic(local_cluster)
+    proxy.activate("duplicate", prefix=topic, rate=1.0, max_count=2, seconds=60)
+    acks = _produce(proxy.bootstrap, topic, range(6))
+    stored = [v for _, v in _read(local_cluster.bootstrap, topic, 7)]
+    assert stored == ["0", "0", "1", "1", "2", "3", "4", "5"], stored
+    assert [v for _, v in acks] == [str(v) for v in range(6)]  # the client saw no error
