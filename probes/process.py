@@ -251,6 +251,11 @@ class Process:
         read by it, so resuming skips nothing. The checker exempts the op with the rebalance,
         but takes the op's last read as the position for the next op (see docs/probes.md).
         Every partition is assigned at an absolute offset (``C.start_offsets``).
+
+        Only calls that take no CallState belong here (``committed``, ``get_watermark_offsets``,
+        ``assign``): ``list_topics``, ``poll``, ``consume``, ``flush`` or ``close`` of this same
+        consumer would clear the thread's CallState, and confluent-kafka 2.16.1 aborts the
+        process at the next callback (tests/integration/test_client_reentrancy.py).
         """
         self._rebalanced("assigned", partitions)
         restore = self.revoked_positions if self.cfg.restore_positions else {}
