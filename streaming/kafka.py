@@ -212,10 +212,13 @@ def _log_end(consumer: Any, tp: Any, deadline: float) -> int:
     is created, or while leadership moves, a broker answers NOT_LEADER_FOR_PARTITION."""
     from confluent_kafka import KafkaError, KafkaException
 
-    # KafkaError.retriable() is False for plain error codes: name the transient ones.
+    # KafkaError.retriable() is False for plain error codes: name the transient ones. A
+    # broker killed while the monitor starts answers _DESTROY_BROKER or _ALL_BROKERS_DOWN
+    # (kmon nemesis chaos once killed a monitor at start that way).
     transient = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                  KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.REQUEST_TIMED_OUT,
-                 KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
+                 KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER,
+                 KafkaError._ALL_BROKERS_DOWN}
     while True:
         try:
             return int(consumer.get_watermark_offsets(

@@ -45,3 +45,19 @@ def test_a_transient_error_past_the_deadline_is_raised() -> None:
     c = _Answers(-KafkaError.NOT_LEADER_FOR_PARTITION, 42)
     with pytest.raises(KafkaException, match="NOT_LEADER_FOR_PARTITION"):
         _log_end(c, TP, time.monotonic())
+
+
+class _BrokerKilled:
+    """A broker killed under the monitor's start: its handle destroyed, then all brokers down."""
+
+    def __init__(self) -> None:
+        self.errors = [KafkaError._DESTROY_BROKER, KafkaError._ALL_BROKERS_DOWN]
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return 0, 7
+
+
+def test_a_broker_killed_while_the_monitor_starts_is_retried() -> None:
+    assert _log_end(_BrokerKilled(), TP, time.monotonic() + 10) == 7
