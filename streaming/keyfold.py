@@ -54,8 +54,9 @@ OUTPUT_COLUMNS = (
     "raw", "settled",
 )
 
-# 2: the extras carry the leader broker and the op index of the placement (1: neither).
-_STATE_VERSION = 2
+# 3: the extras carry each process's last folded op index (2: not; 1: nor the leader broker
+# and the op index of the placement).
+_STATE_VERSION = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +85,8 @@ class FoldSettings:
 class KeyFold:
     """One key's state and the adapter's extras, for one call."""
 
-    __slots__ = ("facts", "lags", "leader", "partition", "placed", "probe", "settings", "st",
-                 "timer_ms", "topic", "verdicts")
+    __slots__ = ("facts", "lags", "last_ops", "leader", "partition", "placed", "probe",
+                 "settings", "st", "timer_ms", "topic", "verdicts")
 
     def __init__(self, probe: str, key: Any, settings: FoldSettings) -> None:
         self.settings = settings
@@ -99,11 +100,12 @@ class KeyFold:
         self.verdicts = ev.Verdicts(settings.verdict_memory)
         self.lags: dict[Any, tuple[int, int]] = {}  # process -> (invoke time, lag ns)
         self.facts: list[dict[str, Any]] = []  # this call's facts for stage 2 (not state)
+        self.last_ops: dict[Any, int] = {}  # process -> op index of its last folded fragment
 
     # -- persistence ----------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         extra = (_STATE_VERSION, self.topic, self.partition, self.leader, self.placed,
-                 self.timer_ms, self.verdicts.to_state(), self.lags)
+                 self.timer_ms, self.verdicts.to_state(), self.lags, self.last_ops)
         return pickle.dumps((self.st.to_bytes(), extra), protocol=5)
 
     @classmethod
@@ -112,7 +114,10 @@ class KeyFold:
         placements carried the leader: it is unknown until the key's next placement)."""
         fold_bytes, extra = pickle.loads(data)
         version = extra[0]
+        last_ops: dict[Any, int] = {}
         if version == _STATE_VERSION:
+            _, topic, partition, leader, placed, timer_ms, verdicts, lags, last_ops = extra
+        elif version == 2:
             _, topic, partition, leader, placed, timer_ms, verdicts, lags = extra
         elif version == 1:
             _, topic, partition, timer_ms, verdicts, lags = extra
@@ -124,7 +129,7 @@ class KeyFold:
         kf.topic, kf.partition, kf.timer_ms = topic, partition, timer_ms
         kf.leader, kf.placed = leader, placed
         kf.verdicts = ev.Verdicts.from_state(verdicts, settings.verdict_memory)
-        kf.lags = lags
+        kf.lags, kf.last_ops = lags, last_ops
         return kf
 
     # -- one call -------------------------------------------------------------------------
@@ -139,6 +144,7 @@ class KeyFold:
         sink = Sink()
         cfg = self.settings.fold_config()
         frags.sort(key=_op_index)
+        frags = self._unseen_before(frags)
         ops = _OpsOf(frags)
         e2e: list[int] = []
         errors: list[tuple[Fragment, Exception]] = []
@@ -155,6 +161,26 @@ class KeyFold:
         self._flush_facts(out, watermark_ns)
         out.append(self._stats(len(frags), e2e))
         return out
+
+    def _unseen_before(self, frags: list[Fragment]) -> list[Fragment]:
+        """``frags`` (in op order) without those folded before. The events topic can hold an
+        op event twice: its idempotent producer resends a batch under a new epoch when a
+        broker fails over mid-request, which the broker cannot deduplicate (kmon nemesis
+        chaos saw a poll folded twice read as a nonmonotonic poll). A process's events come
+        in op order (one events partition each), so a fragment at or below its process's
+        last folded op index is such a copy, in this batch or an earlier one."""
+        fresh = []
+        for fr in frags:
+            if fr.op <= self.last_ops.get(fr.process, -1):
+                continue
+            self.last_ops[fr.process] = fr.op
+            fresh.append(fr)
+        return fresh
+
+    def _forget_gone_processes(self) -> None:
+        """Keep the last op index of processes the fold still tracks (it drops quiet ones)."""
+        for p in [p for p in self.last_ops if p not in self.st.procs]:
+            del self.last_ops[p]
 
     def wake(self, watermark_ns: int) -> list[dict[str, Any]]:
         """An expired timer: advance to the watermark (no input)."""
@@ -185,6 +211,7 @@ class KeyFold:
         st = self.st
         due = {o: d for d, o in zip(st.cdue, st.coff, strict=True) if d <= watermark_ns}
         fold.advance(st, watermark_ns, self.settings.fold_config(), sink)
+        self._forget_gone_processes()
         for a in sink.anomalies:  # absence verdicts: decided when their deadline passed
             a_due = due.get(a.record.get("offset"), watermark_ns)
             self._anomaly(a, a_due, out, ops)

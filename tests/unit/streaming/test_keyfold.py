@@ -197,3 +197,31 @@ def test_keeping_timers_decides_in_the_same_batch_with_fewer_timer_calls() -> No
     assert min(b for b, _ in moved) > len(ops)  # decided by a timer, not by a batch of data
     assert kept == moved
     assert kept_calls < moved_calls
+
+
+def _with_copies(ops: list, every: int, lag: int) -> list:
+    """``ops`` with every ``every``-th completion sent again ``lag`` ops later (same index and
+    time): what the events topic held after broker failovers (an idempotent producer's resend
+    under a new epoch)."""
+    out = list(ops)
+    copies = [op for i, op in enumerate(ops) if op.type != "invoke" and i % every == 0]
+    for op in reversed(copies):
+        out.insert(min(len(out), out.index(op) + lag + 1), op)
+    return out
+
+
+@pytest.mark.parametrize("lag", [0, 3, 40])
+@pytest.mark.parametrize("batch", [1, 7, 1000])
+def test_an_op_event_delivered_twice_is_folded_once(lag: int, batch: int) -> None:
+    ops = list(healthy(600, SynthConfig(keys=3, processes=3, keys_per_process=2)))
+    once = run_online(ops, batch=batch)
+    twice = run_online(_with_copies(ops, 5, lag), batch=batch)
+    assert verdicts(twice["evidence"]) == verdicts(once["evidence"]) == {}
+
+
+def test_a_copy_of_an_anomalous_op_is_not_a_second_verdict() -> None:
+    anomaly, ops = CASES["duplicate"]
+    once = run_online(ops, batch=2)
+    twice = run_online(_with_copies(ops, 1, 1), batch=2)
+    assert verdicts(twice["evidence"]) == verdicts(once["evidence"])
+    assert anomaly in verdicts(once["evidence"])
