@@ -186,6 +186,9 @@ class ChaosResult:
     killed: list[str]  # probe ids killed on purpose
     blind_s: float
     failures: list[str]
+    # probe id -> op events the events topic held twice (its producer's resends under broker
+    # failovers); the monitor folds each op once
+    event_copies: dict[str, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -381,21 +384,33 @@ def _release(fault: Fault) -> None:
 # -- the end: settle, read back, judge ------------------------------------------------------
 
 
-def events_by_probe(bootstrap: str, topic: str) -> tuple[dict[str, list[Any]], int]:
-    """The op events now in ``topic`` grouped by probe id (in partition order, then merged by
-    index per probe), and how many records the topic holds (ticks included)."""
+@dataclass
+class EventsRead:
+    """The events topic read back: each probe's ops by index (a copy the topic holds twice
+    counted in ``copies``, not kept), and how many records it holds (ticks included)."""
+
+    ops: dict[str, list[Any]]
+    copies: dict[str, int]
+    records: int
+
+
+def events_by_probe(bootstrap: str, topic: str) -> EventsRead:
     from kmon.history.avro import decode_event
     from kmon.history.model import is_clock_tick
 
-    out: dict[str, list[Any]] = {}
+    by: dict[str, dict[int, Any]] = {}
+    copies: Counter[str] = Counter()
     msgs = read_topic(bootstrap, topic, timeout=300.0)
     for msg in msgs:
         op = decode_event(msg.value(), msg.headers())
-        if not is_clock_tick(op) and op.meta is not None:
-            out.setdefault(op.meta.probe, []).append(op)
-    for ops in out.values():
-        ops.sort(key=lambda o: o.index)
-    return out, len(msgs)
+        if is_clock_tick(op) or op.meta is None:
+            continue
+        mine = by.setdefault(op.meta.probe, {})
+        if op.index in mine:
+            copies[op.meta.probe] += 1
+        mine[op.index] = op
+    ops = {p: [v[i] for i in sorted(v)] for p, v in by.items()}
+    return EventsRead(ops, dict(copies), len(msgs))
 
 
 def settle(chaos: Chaos, records: int) -> None:
@@ -512,12 +527,13 @@ def _judge_slot(slot: ProbeSlot, reported: dict[str, dict[str, int]],
 def finish(chaos: Chaos) -> ChaosResult:
     """Stop the probes (final reads), let the monitor decide everything, judge."""
     chaos.stop_probes()
-    ops, records = events_by_probe(chaos.cluster.bootstrap, chaos.monitor.events_topic)
-    settle(chaos, records)
+    read = events_by_probe(chaos.cluster.bootstrap, chaos.monitor.events_topic)
+    settle(chaos, read.records)
     chaos.watch.stop_event.set()
     reported = monitor_counts(chaos.cluster.bootstrap, chaos.monitor.anomalies_topic)
     code = chaos.monitor.stop()
-    result = judge(chaos, ops, reported)
+    result = judge(chaos, read.ops, reported)
+    result.event_copies = read.copies
     if code not in (0, None, -signal.SIGTERM):
         result.failures.append(f"the monitor exited {code} on SIGTERM")
     (chaos.workdir / "result.json").write_text(json.dumps(result.as_json(), indent=1,

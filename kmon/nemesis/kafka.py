@@ -107,9 +107,14 @@ def set_topic_configs(admin: AdminClient, topic: str, values: dict[str, str | No
         raise FaultError(f"IncrementalAlterConfigs {topic} {values}: {exc}") from None
 
 
+# What a partition answers for a moment while its leadership moves (after a broker restart).
+_MOVING = ("UNKNOWN_LEADER_EPOCH", "FENCED_LEADER_EPOCH", "NOT_LEADER", "LEADER_NOT_AVAILABLE")
+
+
 def high_watermark(admin: AdminClient, topic: str, partition: int) -> int:
     """The partition's high watermark, asked again while the answer is not an offset yet
-    (a leader just elected answers -1001 for a moment).
+    (a leader just elected answers -1001 for a moment) or leadership is moving (kmon nemesis
+    chaos saw UNKNOWN_LEADER_EPOCH right after a rolling restart).
     """
     tp = TopicPartition(topic, partition)
     deadline = time.monotonic() + TIMEOUT
@@ -118,7 +123,9 @@ def high_watermark(admin: AdminClient, topic: str, partition: int) -> int:
             futures = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=TIMEOUT)
             offset = int(next(iter(futures.values())).result(TIMEOUT + 5).offset)
         except KafkaException as exc:
-            raise FaultError(f"ListOffsets {topic}/{partition}: {exc}") from None
+            if not any(m in str(exc) for m in _MOVING) or time.monotonic() >= deadline:
+                raise FaultError(f"ListOffsets {topic}/{partition}: {exc}") from None
+            offset = -1
         if offset >= 0:
             return offset
         if time.monotonic() >= deadline:
