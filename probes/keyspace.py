@@ -222,8 +222,9 @@ class KeySpace:
     def _elect(self, keys: tuple[PartitionMeta, ...]) -> None:
         tps = [TopicPartition(m.topic, m.partition) for m in keys]
         try:
-            self.admin.elect_leaders(ElectionType.PREFERRED, tps, request_timeout=10,
-                                     operation_timeout=0).result(15)
+            # No timeout keywords: confluent-kafka 2.16.1's elect_leaders rejects them ("takes
+            # at most 4 arguments"), so every election failed; the result's wait bounds it.
+            self.admin.elect_leaders(ElectionType.PREFERRED, tps).result(15)
             log.info("preferred leader election of %s", [f"{m.topic}/{m.partition}" for m in keys])
         except Exception as e:  # the next refresh tries again
             log.warning("preferred leader election of %d probe keys failed: %s", len(tps), e)

@@ -70,7 +70,8 @@ class FakeAdmin:
         return {tp: _done(SimpleNamespace(offset=self.topics[tp.topic][tp.partition].end))
                 for tp in query}
 
-    def elect_leaders(self, _kind: Any, tps: list[TopicPartition], **_kw: Any) -> Future:
+    def elect_leaders(self, _kind: Any, tps: list[TopicPartition]) -> Future:
+        # As confluent-kafka 2.16.1's: no timeout keywords (they fail with a TypeError).
         for tp in tps:
             p = self.topics[tp.topic][tp.partition]
             self.elections.append((tp.topic, tp.partition))
