@@ -72,8 +72,9 @@ class ProtocolFault(Fault):
     def _stop(self) -> None:
         try:
             self.proxy.deactivate(self.fault)
+            # This activation's lines: the log spans earlier ones, and they name their topics.
             done = [line for line in self.proxy.injections(self.fault)
-                    if not line.startswith(f"{self.fault} o")]  # not the on/off lines
+                    if not line.startswith(f"{self.fault} o") and self.prefix in line]
             active = self.proxy.activations().get(self.fault)
         except KafkaProxyError as exc:
             raise FaultError(str(exc)) from None

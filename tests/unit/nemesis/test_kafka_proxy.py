@@ -59,7 +59,8 @@ class FakeProxy:
         self.calls.append(("deactivate", name))
 
     def injections(self, name: str) -> list[str]:
-        return [f"{name} on: prefix=p", f"{name}: t/0 acked at 0, stored at 12"]
+        return [f"{name} on: prefix=p", f"{name}: t./0 acked at 0, stored at 12",
+                f"{name}: u./0 acked at 0, stored at 13"]  # an earlier activation's
 
     def activations(self) -> dict[str, Any]:
         return {}
@@ -78,7 +79,7 @@ def test_a_proxy_fault_is_switched_on_bounded_and_off() -> None:
     assert fake.calls[0] == ("activate", (("spurious-offset", "t.", 0.5, 3),
                                           {"seconds": 20.0, "hold": 60.0}))
     assert fake.calls[1:] == [("deactivate", "spurious-offset"), ("reset", None)]
-    assert record.info == {"injected": 1, "injections": ["t/0 acked at 0, stored at 12"]}
+    assert record.info == {"injected": 1, "injections": ["t./0 acked at 0, stored at 12"]}
     assert fault.name == "proxy-spurious-offset"
 
 
