@@ -9,7 +9,8 @@ is on librdkafka's main thread, whose signals are blocked. Stack from the core:
 
 The workaround is in ``kmon.nemesis.records._committed``: a consumer's ``committed()`` asks
 the coordinator through the consumer group machinery, not the admin coordinator requests. The
-reproducer runs in a child process (a race: marked xfail, not strict).
+reproducer runs in a child process; it aborted in each of two runs on 2026-11-26 (strict
+xfail: a librdkafka that fixes it makes this test fail, and the workaround can go).
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def _group_with_offsets(cluster: Any, topic: str, group: str) -> int:
         return int(admin.describe_consumer_groups([group])[group].result(30).coordinator.id)
 
 
-@pytest.mark.xfail(strict=False, reason="librdkafka 2.16.0: rd_kafka_admin_coord_response_parse "
-                   "aborts (eonce->refcnt > 0) on a coordinator's late answer; a race")
+@pytest.mark.xfail(strict=True, reason="librdkafka 2.16.0: rd_kafka_admin_coord_response_parse "
+                   "aborts (eonce->refcnt > 0) on a paused coordinator's late answer")
 def test_admin_coordinator_requests_survive_a_paused_coordinator(local_cluster: Any) -> None:
     from kmon.local.ports import BROKER_IDS
 
