@@ -36,9 +36,10 @@ lint: $(INSTALLED)
 # The whole suite, set-up included: lint, unit tests, integration tests on a real cluster.
 # The detection matrix runs last, in a pytest of its own (tests/run_detection.py): a death of
 # its process by signal fails the run, with core dumps on and the crashed threads' stacks
-# printed from the core (no rerun: a rerun would hide a crash an operator would hit too).
+# printed from the core (no rerun: a rerun would hide a crash an operator would hit too). The
+# rest of the suite runs with core dumps allowed and faulthandler on in every process too.
 test: setup lint
-	$(BIN)/pytest --ignore=tests/integration/test_detection.py
+	ulimit -c "$$(ulimit -Hc)" && PYTHONFAULTHANDLER=1 $(BIN)/pytest --ignore=tests/integration/test_detection.py
 	$(BIN)/python tests/run_detection.py
 
 # Set-up first: the unit tests need its tools (promtool, helm, kubeconform, schemas), and a
