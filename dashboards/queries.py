@@ -42,6 +42,11 @@ VARIABLES: dict[str, str] = {
 }
 
 
+# Variables whose label only Kubernetes targets carry (the ServiceMonitor's `namespace`):
+# empty outside it, where "All" (.*) also matches the absent label.
+KUBERNETES_ONLY_VARIABLES = frozenset({"namespace"})
+
+
 def _by_isolation(op: str) -> str:
     """Anomalies in the range counted as forbidden (op ``!~``) or allowed (``=~``) at the
     isolation level the cluster's probes report (``kmon_probe_info``)."""

@@ -39,6 +39,7 @@ LABEL_VALUES: dict[str, tuple[str, ...]] = {
     "type": ("ok", "fail", "info"),
     "kind": ("assigned", "revoked", "lost"),
     "code": ("_MSG_TIMED_OUT", "NOT_LEADER_OR_FOLLOWER"),
+    "state": ("present", "covered"),
 }
 _ROW = re.compile(r"^\|\s*`(?P<name>[a-z_]+)`\s*\|\s*(?P<type>\w+)\s*\|(?P<labels>[^|]*)\|")
 

@@ -102,6 +102,8 @@ def test_template_variable_has_values(prom: Prom, name: str, query: str) -> None
     assert m, query
     values = prom.get(f"/api/v1/label/{m['label']}/values", **{"match[]": substitute(m["match"])})
     assert values["status"] == "success"
+    if name in queries.KUBERNETES_ONLY_VARIABLES:
+        return  # no Kubernetes here: "All" (.*) matches the absent label
     assert values["data"], f"variable {name} has no values"
 
 
