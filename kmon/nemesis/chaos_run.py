@@ -286,12 +286,20 @@ class Chaos:
             time.sleep(left)
 
     def _check_processes(self) -> None:
-        """A probe or the monitor that died on its own is a crash: say so, carry on."""
+        self.check_monitor()
+
+    def check_monitor(self) -> None:
+        """The monitor dying on its own (not killed by a step) is a crash: say so, with the
+        tail of its log, and start it again from its checkpoint."""
         code = self.monitor.crashed()
-        if code is not None:
-            log.error("the monitor died on its own (exit %s); restarting it", code)
-            self.crashes_seen.append(f"monitor exit {code}")
-            self.monitor.start()
+        if code is None:
+            return
+        logfile = self.workdir / f"monitor-{self.monitor.starts}.log"
+        tail = logfile.read_text(errors="replace")[-1500:] if logfile.exists() else ""
+        log.error("the monitor died on its own (exit %s); restarting it. Its log ends:\n%s",
+                  code, tail)
+        self.crashes_seen.append(f"monitor exit {code} ({logfile.name})")
+        self.monitor.start()
 
     def _do(self, step: Step) -> StepRecord:
         rec = StepRecord(step, started_at=time.time())
@@ -422,7 +430,7 @@ def settle(chaos: Chaos, records: int) -> None:
 
     timeout = chaos.settings.settle_timeout
     for round_ in range(3):
-        _wait_events(chaos.monitor, records, timeout)
+        _wait_events(chaos, records, timeout)
         if round_ == 2:
             break
         time.sleep(5 + 10 + 2)  # watermark delay + grace + two triggers (MONITOR_TIMING)
@@ -435,9 +443,11 @@ def settle(chaos: Chaos, records: int) -> None:
     time.sleep(6)  # the last micro-batches' outputs
 
 
-def _wait_events(monitor: MonitorProcess, n: int, timeout: float) -> None:
+def _wait_events(chaos: Chaos, n: int, timeout: float) -> None:
+    monitor = chaos.monitor
     deadline = time.monotonic() + timeout
     while True:
+        chaos.check_monitor()  # one that died meanwhile is a crash; the verdicts need it back
         m = monitor.metrics() or {}
         if m.get("kmon_monitor_events_total", 0) >= n:
             return
