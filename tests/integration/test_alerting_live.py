@@ -209,7 +209,8 @@ def _pager_path(live: Live, local_cluster: LocalCluster) -> None:
     # 2. a real fault: one notification group naming cluster, topic, partition and broker
     Nemesis(local_cluster).run(DeleteRecords(local_cluster, topic_prefix=live.probe_prefix),
                                duration=0)
-    wait_until(lambda: bool(pager.firing(LOST)), "the lost-write page", timeout=180)
+    # the lagging readers must first read past the deleted offsets, then the grace period
+    wait_until(lambda: bool(pager.firing(LOST)), "the lost-write page", timeout=360)
     first = pager.firing(LOST)
     assert len(first) == 1, first
     alerts = first[0]["alerts"]
