@@ -23,7 +23,7 @@ def _value(m: ProbeMetrics, name: str, **labels: str) -> float | None:
     return m.registry.get_sample_value(name, {"cluster": m.identity.cluster, **labels})
 
 
-def _exercise(m: ProbeMetrics) -> None:
+def exercise(m: ProbeMetrics) -> None:
     """One sample of every labelled family, as the workload makes them."""
     m.completed("send", "ok", 0.01, 1.0)
     m.events_emitted.inc()
@@ -37,7 +37,7 @@ def _exercise(m: ProbeMetrics) -> None:
 
 def test_every_probe_metric_family_carries_the_cluster() -> None:
     m = _metrics()
-    _exercise(m)
+    exercise(m)
     families = list(m.registry.collect())
     assert len(families) == 12
     for fam in families:

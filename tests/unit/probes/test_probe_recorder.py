@@ -18,6 +18,7 @@ from kmon.history.avro import decode_op
 from kmon.history.model import Op, clock_tick, is_clock_tick
 from kmon.probes.metrics import ProbeMetrics
 from kmon.probes.recorder import Emitter, Recorder
+from tests.unit.probes.test_probe_metrics import exercise
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
 
@@ -185,15 +186,7 @@ def _documented_probe_metrics() -> dict[str, tuple[str, set[str]]]:
 
 def test_exported_metrics_are_exactly_the_documented_ones(metrics: ProbeMetrics) -> None:
     m = metrics
-    m.ops.labels(f="send", type="ok").inc()
-    m.op_duration.labels(f="send").observe(0.01)
-    m.events_emitted.inc()
-    m.events_dropped.inc()
-    m.rebalances.labels(kind="assigned").inc()
-    m.client_errors.labels(code="_MSG_TIMED_OUT").inc()
-    m.keys_live.set(8)
-    m.up.set(1)
-    m.coverage(present=3, covered=3)
+    exercise(m)
     exported = {}
     for fam in m.registry.collect():
         name = fam.name + ("_total" if fam.type == "counter" else "")
