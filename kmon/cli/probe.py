@@ -12,11 +12,12 @@ flushed, and a JSON summary is printed on stdout.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import signal
 import sys
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +133,10 @@ def _run(cfg: Any) -> int:
     from kmon.probes.config import ConfigError
     from kmon.probes.workload import Workload
 
-    # A crash in the native client (librdkafka) prints every Python thread's stack to stderr.
-    faulthandler.enable(all_threads=True)
+    # A crash in the native client (librdkafka) prints every Python thread's stack to stderr
+    # (when stderr is a file: not when the probe is called in-process with stderr captured).
+    with suppress(io.UnsupportedOperation, ValueError):
+        faulthandler.enable(all_threads=True)
     metrics = _serve_metrics(cfg)
     with ExitStack() as stack:
         history = None
