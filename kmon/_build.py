@@ -16,12 +16,19 @@ KMON_DIR = Path(__file__).resolve().parent
 _STAMP = "_build_stamp.py"
 
 
+# Compiled beside the checker core, named one by one: the op model, whose fields the checker
+# reads for every op (an interpreted object's attribute cost about 165 instructions from
+# compiled code; a compiled one's is a load), and the monitor's op-event reader, its hot path.
+# (Only modules under kmon/ can be listed: mypyc names a module by its path, and streaming/ is
+# kmon.streaming only once installed.)
+ALSO_COMPILED = ("history/model.py", "history/events.py")
+
+
 def compiled_sources(kmon_dir: Path = KMON_DIR) -> list[Path]:
     """The modules mypyc compiles: the checker's, but for ``_``-prefixed ones (``__init__``),
-    and the op model, whose fields the checker reads for every op (an interpreted object's
-    attribute cost about 165 instructions from compiled code; a compiled one's is a load)."""
+    and ``ALSO_COMPILED``."""
     checker = [p for p in (kmon_dir / "checker").glob("*.py") if not p.name.startswith("_")]
-    return sorted([*checker, kmon_dir / "history" / "model.py"])
+    return sorted([*checker, *(kmon_dir / name for name in ALSO_COMPILED)])
 
 
 def sources_digest(kmon_dir: Path = KMON_DIR) -> str:

@@ -2,7 +2,7 @@
 
 The Kafka source gives raw records. The JVM only picks the schema version header, the record's
 timestamp and position; a ``mapInArrow`` step (``split_arrow``) then reads each Arrow batch of
-raw values with the checker's compiled reader (``kmon.checker.events``: the op event's binary
+raw values with kmon's compiled reader (``kmon.history.events``: the op event's binary
 form read by hand, about ten times fastavro's rate), splits every op into per-key fragments,
 and emits one row per (probe, key) with that key's fragments pickled in one binary value.
 
@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from kmon.checker import events
-from kmon.checker.events import (  # noqa: F401  (the dead-letter reasons, named here too)
+from kmon.checker.fragment import Fragment, FragmentRow, from_row, to_row
+from kmon.history import avro, events
+from kmon.history.events import (  # noqa: F401  (the dead-letter reasons, named here too)
     FOLD_ERROR,
     NEGATIVE_INDEX,
     NEGATIVE_OFFSET,
@@ -46,7 +47,6 @@ from kmon.checker.events import (  # noqa: F401  (the dead-letter reasons, named
     UNKNOWN_VERSION,
     VERSION_MISMATCH,
 )
-from kmon.history import avro
 from kmon.streaming import collector
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ def key_batch(b: pa.RecordBatch, max_skew_ns: int | None = None) -> pa.RecordBat
                            max_skew_ns)
     cols: dict[str, list[Any]] = {n: [] for n in KEY_ROW_SCHEMA.names}
     for (probe, key), frags in s.groups.items():
-        _row(cols, probe, key, s.placements.get((probe, key)), events.pack_fragments(frags))
+        _row(cols, probe, key, s.placements.get((probe, key)), pack_fragments(frags))
     if s.dead:
         srcs = [f"{t}:{p}:{o}" for t, p, o in zip(b.column("topic").to_pylist(),
                                                   b.column("partition").to_pylist(),
@@ -163,6 +163,19 @@ def _row(cols: dict[str, list[Any]], probe: str, key: Any, pl: events.Placement 
         cols["leader"].append(pl.leader)
         cols["placed"].append(pl.op)
     cols["blob"].append(blob)
+
+
+def pack_fragments(frags: list[Fragment]) -> bytes:
+    """One key's fragments as one value, for the shuffle from the reading step to the fold
+    (fragment rows are tuples of ints, strings, lists and None: pickle writes them in C)."""
+    return pickle.dumps([to_row(fr) for fr in frags], protocol=5)
+
+
+def unpack_fragments(key: Any, blob: bytes) -> list[Fragment]:
+    """``pack_fragments``'s value back as fragments of ``key``. Only ever given what the
+    monitor's own reading step packed, never bytes from outside."""
+    rows: list[FragmentRow] = pickle.loads(blob)
+    return [from_row(key, r) for r in rows]
 
 
 def key_of(kl: Any, ks: Any) -> Any:

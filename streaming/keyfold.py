@@ -30,11 +30,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kmon.checker import fold, unseen
+from kmon.checker import fold, lost_write, unseen
 from kmon.checker.fold import FoldConfig
 from kmon.checker.fragment import Fragment
 from kmon.checker.sink import Sink
-from kmon.checker.state import INF, OCCUPIED, READ_OK, UNSEEN_DONE, W_OK, KeyState
+from kmon.checker.state import INF, KeyState
 from kmon.streaming import evidence as ev
 
 # Output row kinds.
@@ -150,7 +150,7 @@ class KeyFold:
         errors: list[tuple[Fragment, Exception]] = []
         i = 0
         while i < len(frags):
-            i = fold.apply_run(self.st, frags, i, cfg, sink, self.lags, e2e, errors)
+            i = _apply_run(self.st, frags, i, cfg, sink, self.lags, e2e, errors)
             for bad, exc in errors:  # a bug or an unforeseen shape: dead-letter, go on
                 out.append(self._fold_error(bad, exc))
             errors.clear()
@@ -197,7 +197,7 @@ class KeyFold:
         st, s = self.st, self.settings
         due = fold.next_deadline(st)
         if s.unseen_grace_ns is not None:
-            due = min(due, _first_unseen_deadline(st, s.unseen_grace_ns))
+            due = min(due, unseen.next_deadline(st, s.unseen_grace_ns))
         if len(st.val) or st.procs or st.loose:
             due = min(due, watermark_ns + s.grace_ns)
         if due >= INF:
@@ -209,7 +209,7 @@ class KeyFold:
         if watermark_ns <= 0:
             return
         st = self.st
-        due = {o: d for d, o in zip(st.cdue, st.coff, strict=True) if d <= watermark_ns}
+        due = lost_write.due_by_offset(st, watermark_ns)
         fold.advance(st, watermark_ns, self.settings.fold_config(), sink)
         self._forget_gone_processes()
         for a in sink.anomalies:  # absence verdicts: decided when their deadline passed
@@ -317,6 +317,39 @@ def timer_to_keep(old_ms: int | None, new_ms: int | None, watermark_ns: int) -> 
     return new_ms
 
 
+def _apply_run(st: KeyState, frags: list[Fragment], start: int, cfg: FoldConfig, sink: Sink,
+               lags: dict[Any, tuple[int, int]], e2e: list[int],
+               errors: list[tuple[Fragment, Exception]]) -> int:
+    """``fold.apply`` ``frags[start:]`` in order, keeping each process's latest realtime lag
+    sample in ``lags`` (process -> (invoke time, lag)) and the first-read delays in ``e2e``.
+    Stops after a fragment that raised (appended to ``errors``) or left anomalies, unseen
+    values or facts in ``sink`` for the caller to drain with that fragment's time; returns the
+    index after it (``len(frags)`` when all are applied)."""
+    i = start
+    n = len(frags)
+    while i < n:
+        fr = frags[i]
+        i += 1
+        failed = False
+        try:
+            fold.apply(st, fr, cfg, sink)
+        except Exception as exc:  # the caller dead-letters it; the other fragments still fold
+            errors.append((fr, exc))
+            failed = True
+        if sink.lags:
+            for invoke_time, process, _key, lag in sink.lags:
+                prev = lags.get(process)
+                if prev is None or invoke_time >= prev[0]:
+                    lags[process] = (invoke_time, lag)
+            sink.lags.clear()
+        if sink.e2e:
+            e2e.extend(d for _v, d in sink.e2e)
+            sink.e2e.clear()
+        if failed or sink.anomalies or sink.unseen or sink.facts:
+            return i
+    return n
+
+
 def _op_index(fr: Fragment) -> int:
     return fr.op
 
@@ -342,20 +375,3 @@ class _OpsOf(Mapping[int, tuple[Any, int]]):
 
     def __len__(self) -> int:
         return len(self._built())
-
-
-def _first_unseen_deadline(st: KeyState, grace: int) -> int:
-    """Earliest moment an acknowledged, unread value not yet judged gets its unseen verdict."""
-    due = INF
-    flg = st.flg
-    for i in range(max(0, st.unseen_from - st.base), len(flg)):
-        f = flg[i]
-        if f & W_OK and f & OCCUPIED and not f & (READ_OK | UNSEEN_DONE):
-            t = st.revealed_ns(i)
-            if t >= 0 and t + grace < due:
-                due = t + grace
-    for rec in st.loose.values():
-        f = rec[1]
-        if f & W_OK and not f & (READ_OK | UNSEEN_DONE) and rec[3]:
-            due = min(due, rec[3] + grace)
-    return due

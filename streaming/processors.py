@@ -42,7 +42,6 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from kmon.checker.events import unpack_fragments
 from kmon.checker.fragment import Fragment
 from kmon.streaming import collector, decode
 from kmon.streaming import evidence as ev
@@ -106,7 +105,7 @@ def key_fragments(key: Any, rows: Iterator[Row]) -> tuple[list[Fragment], Placem
     frags: list[Fragment] = []
     placement: Placement | None = None
     for row in rows:
-        frags.extend(unpack_fragments(key, row.blob))
+        frags.extend(decode.unpack_fragments(key, row.blob))
         if row.topic is not None:
             op = -1 if row.placed is None else row.placed
             if placement is None or op >= placement.op:

@@ -68,7 +68,7 @@ class Checker:
         self.compact = self.config.grace_ns is not None
         self.keys: dict[Any, KeyState] = {}
         self.txns = TxnStage(self.config.grace_ns, self.config.txn_retention_ns)
-        self.sink = Sink(collect_lags=self.config.collect_lags)
+        self.sink = Sink()
         self.invoked_at: dict[Any, int] = {}  # process -> time of its pending invocation
         self.tracked: dict[Any, set[Any]] = {}  # process -> keys it consumes (for lag)
         # (reader op, key, value) of every read by an ok or info op: write-read edges

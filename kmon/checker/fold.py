@@ -54,7 +54,7 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
     ty = fr.type
     if ty == "invoke":
         # Nothing to learn yet: a read that beats this op's completion waits for it
-        # (aborted_read.pending_reads), which the completion then settles.
+        # (KeyState.pending_reads), which the completion then settles.
         return
     p, t = fr.process, fr.time
     pp = st.procs.get(p)
@@ -75,41 +75,6 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
             sink.lags.append((fr.invoke_time, p, st.key, 0))
         else:
             realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, p, sink)
-
-
-def apply_run(st: KeyState, frags: list[Fragment], start: int, cfg: FoldConfig, sink: Sink,
-              lags: dict[Any, tuple[int, int]], e2e: list[int],
-              errors: list[tuple[Fragment, Exception]]) -> int:
-    """The online monitor's loop: ``apply`` ``frags[start:]`` in order, keeping each process's
-    latest realtime lag sample in ``lags`` (process -> (invoke time, lag)) and the first-read
-    delays in ``e2e``. Stops after a fragment that raised (appended to ``errors``) or left
-    anomalies, unseen values or facts in ``sink`` for the caller to drain with that fragment's
-    time; returns the index after it (``len(frags)`` when all are applied).
-    """
-    i = start
-    n = len(frags)
-    while i < n:
-        fr = frags[i]
-        i += 1
-        failed = False
-        try:
-            apply(st, fr, cfg, sink)
-        except Exception as exc:  # the caller dead-letters it; the other fragments still fold
-            errors.append((fr, exc))
-            failed = True
-        if sink.lags:
-            for invoke_time, process, _key, lag in sink.lags:
-                prev = lags.get(process)
-                if prev is None or invoke_time >= prev[0]:
-                    lags[process] = (invoke_time, lag)
-            sink.lags.clear()
-        if sink.e2e:
-            for _v, d in sink.e2e:
-                e2e.append(d)
-            sink.e2e.clear()
-        if failed or sink.anomalies or sink.unseen or sink.facts:
-            return i
-    return n
 
 
 # Ints in [_DIRECT_MIN, _DIRECT_MAX] are their own code (values.encode, inline). Both bounds

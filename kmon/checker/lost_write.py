@@ -87,6 +87,11 @@ def sent_below_reads(st: KeyState, i: int, deadline: int) -> None:
         st.add_cand(deadline, st.base + i, st.frontier_op)
 
 
+def due_by_offset(st: KeyState, watermark: int) -> dict[int, int]:
+    """Offset -> deadline of the candidates ``decide(st, watermark)`` will judge."""
+    return {o: d for d, o in zip(st.cdue, st.coff, strict=True) if d <= watermark}
+
+
 def decide(st: KeyState, watermark: int, sink: Sink) -> None:
     """Emit verdicts for candidates whose deadline the watermark has passed."""
     due, offs, readers = st.cdue, st.coff, st.cby

@@ -52,27 +52,14 @@ class TxnFact:
 LagSample = tuple[int, Any, Any, int]
 
 
-@dataclass(slots=True)
-class Edge:
-    """A write-read dependency: ``reader``'s highest read of ``key`` was ``writer``'s value."""
-
-    writer: int
-    reader: int
-    key: Any
-    value: Any
-
-
 @dataclass
 class Sink:
     anomalies: list[Anomaly] = field(default_factory=list)
     facts: list[TxnFact] = field(default_factory=list)
     lags: list[LagSample] = field(default_factory=list)
-    edges: list[Edge] = field(default_factory=list)
     unseen: list[tuple[Any, Any, int | None, int]] = field(default_factory=list)
     # first-read delays (ns) of acked values: send acked -> first poll that saw it
     e2e: list[tuple[Any, int]] = field(default_factory=list)
-    collect_lags: bool = True
-    collect_edges: bool = False
 
     def anomaly(self, type: str, record: dict[str, Any]) -> None:
         self.anomalies.append(Anomaly(type, record))
@@ -81,6 +68,5 @@ class Sink:
         self.anomalies.clear()
         self.facts.clear()
         self.lags.clear()
-        self.edges.clear()
         self.unseen.clear()
         self.e2e.clear()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kmon.checker.sink import Sink
-from kmon.checker.state import OCCUPIED, READ_OK, UNSEEN_DONE, W_OK, Consumed, KeyState
+from kmon.checker.state import INF, OCCUPIED, READ_OK, UNSEEN_DONE, W_OK, Consumed, KeyState
 
 
 def _acked_unread(f: int) -> bool:
@@ -84,3 +84,21 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
                 and not _read_ok_anywhere(st, code, consumed)):
             rec[1] = f | UNSEEN_DONE
             sink.unseen.append((st.key, st.value(code), rec[0], rec[3]))
+
+
+def next_deadline(st: KeyState, grace: int) -> int:
+    """When ``decide`` next has a verdict to give (INF: none pending): the earliest reveal of
+    an acknowledged, unread value not judged yet, plus ``grace``."""
+    due = INF
+    flg = st.flg
+    for i in range(max(0, st.unseen_from - st.base), len(flg)):
+        f = flg[i]
+        if _acked_unread(f) and not f & UNSEEN_DONE:
+            t = st.revealed_ns(i)
+            if t >= 0 and t + grace < due:
+                due = t + grace
+    for rec in st.loose.values():
+        f = rec[1]
+        if f & W_OK and not f & (READ_OK | UNSEEN_DONE) and rec[3] and rec[3] + grace < due:
+            due = rec[3] + grace
+    return due

@@ -1,4 +1,4 @@
-"""The monitor's event reader (``kmon.checker.events``) against the reference codec.
+"""The monitor's event reader (``kmon.history.events``) against the reference codec.
 
 ``read_event`` reads the op event's binary form by hand; ``decode_with_codec`` goes through
 fastavro (``kmon.history.avro.decode_op``) and ``fragment.split``. On every event, valid or
@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kmon.checker import events
-from kmon.checker.events import EventError, Placement, read_event, split_batch
 from kmon.checker.fragment import split, to_row
-from kmon.history import avro
+from kmon.history import avro, events
+from kmon.history.events import EventError, Placement, read_event, split_batch
 from kmon.history.model import KeyPlacement, Op, OpMeta, Rebalance
+from kmon.streaming import decode
 from kmon.synth import SynthConfig, healthy
 from tests.unit.history.test_codec_properties import ops
 
@@ -191,6 +191,6 @@ def test_fragments_pack_and_unpack() -> None:
     ops_ = list(healthy(500, SynthConfig(keys=3, processes=2, keys_per_process=2)))
     s = split_batch(_batch(ops_), [HEADER] * len(ops_), [0] * len(ops_), None)
     for (_, key), frags in s.groups.items():
-        back = events.unpack_fragments(key, events.pack_fragments(frags))
+        back = decode.unpack_fragments(key, decode.pack_fragments(frags))
         assert [(fr.key, to_row(fr)) for fr in back] == [(fr.key, to_row(fr)) for fr in frags]
-        assert pickle.loads(events.pack_fragments(frags)) == [to_row(fr) for fr in frags]
+        assert pickle.loads(decode.pack_fragments(frags)) == [to_row(fr) for fr in frags]

@@ -260,9 +260,9 @@ def test_the_reading_step_makes_the_checkers_fragments(spark: Any) -> None:
     reader in ``mapInArrow``, fragments pickled per key): exactly ``split``'s fragments."""
     import datetime
 
-    from kmon.checker.events import unpack_fragments
     from kmon.checker.fragment import split, to_row
     from kmon.history.model import KeyPlacement, Rebalance
+    from kmon.streaming.decode import unpack_fragments
 
     ops = [o for _, h in CASES.values() for o in h]
     ops += list(healthy(2_000, SynthConfig(keys=4, processes=2, keys_per_process=2)))

@@ -7,11 +7,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from kmon.checker.events import unpack_fragments
 from kmon.checker.fragment import split, to_row
 from kmon.history import avro
 from kmon.history.model import KeyPlacement, Op, OpMeta, clock_tick
 from kmon.streaming import decode
+from kmon.streaming.decode import unpack_fragments
 from kmon.synth import SynthConfig, healthy
 
 HEADER = avro.schema_header_value().decode()

@@ -1,4 +1,4 @@
-"""Op event bytes straight to fragments: the monitor's hot path.
+"""Op event bytes straight to fragments: the monitor's hot path (compiled: ``kmon/_build.py``).
 
 ``kmon.history.avro`` (fastavro) is the reference codec: it builds a dict per record, then an
 ``Op``, at a few tens of thousands of events per second per core. The monitor reads every op
@@ -15,10 +15,9 @@ dead-letter *reason* (``REASONS``) instead of fragments. The tests hold this rea
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, Final, final
 
-from kmon.checker.fragment import Fragment, FragmentRow, from_row, split_fields, to_row
+from kmon.checker.fragment import Fragment, split_fields
 from kmon.history import avro
 from kmon.history.model import Op, Rebalance
 
@@ -430,16 +429,3 @@ def split_batch(values: list[bytes | None], headers: list[str | None], kafka_ms:
             if had is None or had.op <= pl.op:
                 placements[pk] = pl
     return out
-
-
-def pack_fragments(frags: list[Fragment]) -> bytes:
-    """One key's fragments as one value, for the shuffle from the reading step to the fold
-    (fragment rows are tuples of ints, strings, lists and None: pickle writes them in C)."""
-    return pickle.dumps([to_row(fr) for fr in frags], protocol=5)
-
-
-def unpack_fragments(key: Any, blob: bytes) -> list[Fragment]:
-    """``pack_fragments``'s value back as fragments of ``key``. Only ever given what the
-    monitor's own reading step packed, never bytes from outside."""
-    rows: list[FragmentRow] = pickle.loads(blob)
-    return [from_row(key, r) for r in rows]
