@@ -42,7 +42,7 @@ import pickle
 from typing import Any
 
 from kmon.checker.sink import Sink, TxnFact
-from kmon.checker.torn import TxnStage, TxnState
+from kmon.checker.torn import TxnStage, TxnState, write_of
 from kmon.streaming import evidence as ev
 from kmon.streaming.keyfold import ANOMALY, STATS
 
@@ -105,7 +105,8 @@ class TxnBucket:
         self.timer_ms: int | None = None  # (no timers: forgetting happens as facts arrive)
 
     def to_bytes(self) -> bytes:
-        txns = {w: (ts.visible, ts.invisible, ts.torn_reported, ts.lost_reported, ts.time)
+        txns = {w: ([x.row()[:3] for x in ts.visible], [x.row() for x in ts.invisible],
+                    ts.torn_reported, ts.lost_reported, ts.time)
                 for w, ts in self.stage.txns.items()}
         return pickle.dumps((_STATE_VERSION, txns, self.places, self.verdicts.to_state(),
                              self.clock), protocol=5)
@@ -124,8 +125,9 @@ class TxnBucket:
         b = cls(probe, grace_ns, verdict_memory, retain_ns, max_writers, cluster)
         for w, (vis, inv, torn, lost, t) in txns.items():
             ts = TxnState()
-            ts.visible, ts.invisible, ts.torn_reported, ts.lost_reported, ts.time = (
-                vis, inv, torn, lost, t)
+            ts.visible = [write_of(row) for row in vis]
+            ts.invisible = [write_of(row) for row in inv]
+            ts.torn_reported, ts.lost_reported, ts.time = torn, lost, t
             b.stage.txns[w] = ts
         b.places, b.clock = places, clock
         b.verdicts = ev.Verdicts.from_state(verdicts, verdict_memory)

@@ -26,24 +26,26 @@ from kmon.checker.state import (
     W_ANY,
     W_FAIL,
     KeyState,
+    Loose,
+    PendingRead,
 )
 
 
-def _writer(st: KeyState, code: int) -> tuple[int, int, list | None, int]:
+def _writer(st: KeyState, code: int) -> tuple[int, int, Loose | None, int]:
     """(flags, writer op, loose record or None, slot or -1) of the value ``code``."""
     i, rec = st.record_of(code)
     if i >= 0:
         return st.flg[i], st.writer(i), None, i
     if rec is not None:
-        return rec[1], rec[2], rec, -1
+        return rec.flags, rec.writer, rec, -1
     return 0, -1, None, -1
 
 
-def _mark(st: KeyState, i: int, rec: list | None, bit: int) -> None:
+def _mark(st: KeyState, i: int, rec: Loose | None, bit: int) -> None:
     if i >= 0:
         st.flg[i] |= bit
     elif rec is not None:
-        rec[1] |= bit
+        rec.flags |= bit
 
 
 def judge_read(
@@ -53,7 +55,8 @@ def judge_read(
     """A poll by op ``reader`` read ``code`` at ``off``: aborted? atomicity fact? or wait."""
     flags, writer, rec, i = _writer(st, code)
     if not flags & W_ANY:
-        st.pending_reads.setdefault(code, []).append([reader, off, deadline, process, ok])
+        waiting = PendingRead(reader, off, deadline, process, ok)
+        st.pending_reads.setdefault(code, []).append(waiting)
         return
     _judge(st, code, off, flags, writer, rec, i, reader, time, ok, sink)
 
@@ -71,7 +74,7 @@ def judge_read_at(
 
 
 def _judge(
-    st: KeyState, code: int, off: int, flags: int, writer: int, rec: list | None, i: int,
+    st: KeyState, code: int, off: int, flags: int, writer: int, rec: Loose | None, i: int,
     reader: int, time: int, ok: bool, sink: Sink,
 ) -> None:
     if flags & W_FAIL and writer != reader:
@@ -90,8 +93,8 @@ def writer_known(st: KeyState, code: int, time: int, sink: Sink) -> None:
     if waiting is None:
         return
     flags, writer, rec, i = _writer(st, code)
-    for reader, off, _deadline, _process, ok in waiting:
-        _judge(st, code, off, flags, writer, rec, i, reader, time, ok, sink)
+    for w in waiting:
+        _judge(st, code, w.offset, flags, writer, rec, i, w.reader, time, w.ok, sink)
 
 
 def precommitted(st: KeyState, op: int, values: list[Any], sink: Sink) -> None:

@@ -257,7 +257,7 @@ class Checker:
             st = self.keys[key]
             i, rec = st.record_of(st.code(value))
             flags, writer = (st.flg[i], st.writer(i)) if i >= 0 else (
-                (rec[1], rec[2]) if rec is not None else (0, -1))
+                (rec.flags, rec.writer) if rec is not None else (0, -1))
             if writer >= 0 and flags & W_ANY and not flags & W_FAIL:
                 add_edge(g, writer, reader, "wr", key, value)
         if self.config.ww_deps:

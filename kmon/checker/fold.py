@@ -259,7 +259,7 @@ def advance(st: KeyState, watermark: int, cfg: FoldConfig, sink: Sink) -> None:
     lost_write.decide(st, watermark, sink)
     if st.pending_reads:  # readers whose writer never showed up: nothing can be concluded
         for code in list(st.pending_reads):
-            waiting = [w for w in st.pending_reads[code] if w[2] > watermark]
+            waiting = [w for w in st.pending_reads[code] if w.deadline > watermark]
             if waiting:
                 st.pending_reads[code] = waiting
             else:
@@ -280,28 +280,26 @@ def finish(st: KeyState, sink: Sink) -> None:
 def _pinned_offset(st: KeyState) -> int:
     """Lowest offset a pending verdict still refers to."""
     low = INF
-    for off in st.coff:
+    for off in st.cand_offset:
         if off < low:
             low = off
     for waiting in st.pending_reads.values():
         for w in waiting:
-            off = w[1]
-            if off < low:
-                low = off
+            if w.offset < low:
+                low = w.offset
     return low
 
 
 def next_deadline(st: KeyState) -> int:
     """When ``advance`` next has something to decide for this key (INF: nothing pending)."""
     due = INF
-    for t in st.cdue:
+    for t in st.cand_due:
         if t < due:
             due = t
     for waiting in st.pending_reads.values():
         for w in waiting:
-            t = w[2]
-            if t < due:
-                due = t
+            if w.deadline < due:
+                due = w.deadline
     return due
 
 
@@ -349,10 +347,10 @@ def _forget_idle(st: KeyState, horizon: int) -> None:
     """Drop positions of processes idle on this key, and loose records, past the horizon."""
     for p in [p for p, pp in st.procs.items() if pp.time <= horizon]:
         del st.procs[p]
-    for c in [c for c, rec in st.loose.items() if rec[4] <= horizon]:
-        f = st.loose[c][1]
-        if f & W_OK and not f & READ_OK:
-            if not f & UNSEEN_DONE:
+    for c in [c for c, rec in st.loose.items() if rec.time <= horizon]:
+        rec = st.loose[c]
+        if rec.acked() and not rec.consumed():
+            if not rec.flags & UNSEEN_DONE:
                 continue  # acknowledged, unread, not yet judged unseen: keep
             st.unseen_decided += 1
         del st.loose[c]

@@ -89,15 +89,15 @@ def sent_below_reads(st: KeyState, i: int, deadline: int) -> None:
 
 def due_by_offset(st: KeyState, watermark: int) -> dict[int, int]:
     """Offset -> deadline of the candidates ``decide(st, watermark)`` will judge."""
-    return {o: d for d, o in zip(st.cdue, st.coff, strict=True) if d <= watermark}
+    return {o: d for d, o in zip(st.cand_due, st.cand_offset, strict=True) if d <= watermark}
 
 
 def decide(st: KeyState, watermark: int, sink: Sink) -> None:
     """Emit verdicts for candidates whose deadline the watermark has passed."""
-    due, offs, readers = st.cdue, st.coff, st.cby
+    due, offs, readers = st.cand_due, st.cand_offset, st.cand_reader
     if not len(due):
         return
-    st.cdue, st.coff, st.cby = vec[i64](), vec[i64](), vec[i64]()
+    st.cand_due, st.cand_offset, st.cand_reader = vec[i64](), vec[i64](), vec[i64]()
     consumed = Consumed(st)
     for j in range(len(due)):
         if due[j] > watermark:

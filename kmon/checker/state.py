@@ -11,9 +11,9 @@ first op, or for a crossing within one op the offset it started from; ``wref`` =
 an ok or info op that sent or read it (Jepsen's realtime-lag model: from then on, lower offsets
 are no longer the end of the log).
 
-Values known but not held in a slot (a send invoked but not completed, completed without an
-offset, or displaced from its offset by a conflicting value) live in ``loose`` as
-``[offset | None, flags, writer, ack_time]``.
+Values known but not held in a slot (a send completed without an offset, or a value displaced
+from its offset by a conflicting one) live in ``loose``, a ``Loose`` record each; reads whose
+writer's outcome is not known yet wait in ``pending_reads`` (``PendingRead``).
 
 Encodings (so an in-flight offset costs about 21 bytes online): ``wref`` holds op indices
 relative to ``obase`` in 32 bits (a writer further away is kept exactly in ``wide_writers``);
@@ -99,6 +99,58 @@ class ProcPos:
         self.time = 0
 
 
+class Loose:
+    """A value the key knows but holds in no slot: a send that completed without an offset, or
+    a value displaced from its offset by a conflicting one (the flags are a slot's)."""
+
+    __slots__ = ("ack_time", "flags", "offset", "time", "writer")
+
+    def __init__(self, offset: int | None, flags: int, writer: int, ack_time: int,
+                 time: int) -> None:
+        self.offset = offset  # where it was sent or read; None: its send named no offset
+        self.flags = flags
+        self.writer = writer  # the writer op's index, -1 unknown
+        self.ack_time = ack_time  # when it was acknowledged or first revealed (ns; 0: never)
+        self.time = time  # the latest event that touched it: forgotten a grace period after
+
+    def consumed(self) -> bool:
+        """A committed (ok) poll read it."""
+        return bool(self.flags & READ_OK)
+
+    def acked(self) -> bool:
+        """Its writer's completion was ok."""
+        return bool(self.flags & W_OK)
+
+    def row(self) -> list[Any]:
+        """As state stores keep it (a list, the format's since version 2)."""
+        return [self.offset, self.flags, self.writer, self.ack_time, self.time]
+
+
+def loose_of(row: list[Any]) -> Loose:
+    return Loose(row[0], row[1], row[2], row[3], row[4])
+
+
+class PendingRead:
+    """A read of a value whose writer's outcome is not known yet: judged (G1a, visibility) when
+    the writer completes, or forgotten after ``deadline``."""
+
+    __slots__ = ("deadline", "offset", "ok", "process", "reader")
+
+    def __init__(self, reader: int, offset: int, deadline: int, process: Any, ok: bool) -> None:
+        self.reader = reader  # the reading op's index
+        self.offset = offset
+        self.deadline = deadline
+        self.process = process
+        self.ok = ok  # the reading op committed
+
+    def row(self) -> list[Any]:
+        return [self.reader, self.offset, self.deadline, self.process, self.ok]
+
+
+def pending_read_of(row: list[Any]) -> PendingRead:
+    return PendingRead(row[0], row[1], row[2], row[3], row[4])
+
+
 _I32_MIN: Final = -(1 << 31)
 _I32_MAX: Final = (1 << 31) - 1
 _NO_WRITER: Final = _I32_MIN  # wref: writer unknown
@@ -154,9 +206,9 @@ class KeyState:
         "at64",
         "base",
         "bmin",
-        "cby",
-        "cdue",
-        "coff",
+        "cand_due",
+        "cand_offset",
+        "cand_reader",
         "compacted",
         "ctime",
         "flg",
@@ -212,14 +264,14 @@ class KeyState:
         self.ibase = 0
         self.iused = 0
         self.vals: dict[int, Any] = {}  # code -> original value, for non-int values
-        self.loose: dict[int, list] = {}
-        # code -> [[reader, offset, deadline, process, ok], ...]: reads awaiting their writer
-        self.pending_reads: dict[int, list] = {}
-        # Pending absence verdicts (lost_write), one per column entry: deadline, offset, the
-        # reader op that went past it. Packed: a list of three boxed ints cost ~90 bytes each.
-        self.cdue: vec[i64] = vec[i64]()
-        self.coff: vec[i64] = vec[i64]()
-        self.cby: vec[i64] = vec[i64]()
+        self.loose: dict[int, Loose] = {}
+        self.pending_reads: dict[int, list[PendingRead]] = {}  # code -> reads awaiting its writer
+        # Candidates: pending absence verdicts (lost_write), one per column entry: deadline,
+        # offset, the reader op that went past it. Packed: a list of three boxed ints cost ~90
+        # bytes each.
+        self.cand_due: vec[i64] = vec[i64]()
+        self.cand_offset: vec[i64] = vec[i64]()
+        self.cand_reader: vec[i64] = vec[i64]()
         self.last_revealed = -1  # highest offset an ok or info op sent or read
         self.frontier = -1  # highest offset any poll has read
         self.frontier_op = -1
@@ -560,12 +612,12 @@ class KeyState:
 
     # -- pending absence verdicts ----------------------------------------------------------
     def add_cand(self, deadline: int, off: int, reader: int) -> None:
-        self.cdue = append(self.cdue, deadline)
-        self.coff = append(self.coff, off)
-        self.cby = append(self.cby, reader)
+        self.cand_due = append(self.cand_due, deadline)
+        self.cand_offset = append(self.cand_offset, off)
+        self.cand_reader = append(self.cand_reader, reader)
 
     # -- writer records -----------------------------------------------------------------------
-    def record_of(self, code: int) -> tuple[int, list | None]:
+    def record_of(self, code: int) -> tuple[int, Loose | None]:
         """(slot index or -1, loose record or None) for a value we know."""
         off = self.find(code)
         if off >= 0:
@@ -596,7 +648,8 @@ class KeyState:
         for d in (self.vals, self.loose, self.pending_reads, self.procs):
             if d:
                 total += sys.getsizeof(d) + sum(sys.getsizeof(v) for v in d.values())
-        return total + sum(memoryview(t).nbytes for t in (self.cdue, self.coff, self.cby))
+        cands = (self.cand_due, self.cand_offset, self.cand_reader)
+        return total + sum(memoryview(t).nbytes for t in cands)
 
     def to_bytes(self) -> bytes:
         """Serialized state for a state store; round-trips with ``from_bytes``."""
@@ -610,9 +663,10 @@ class KeyState:
             "arrays": (*(_packed(t) for t in self.tables()[:-1]), self._packed_index()),
             "wide_writers": self.wide_writers,
             "vals": self.vals,
-            "loose": self.loose,
-            "pending_reads": self.pending_reads,
-            "cands": [[d, o, r] for d, o, r in zip(self.cdue, self.coff, self.cby, strict=True)],
+            "loose": {c: rec.row() for c, rec in self.loose.items()},
+            "pending_reads": {c: [w.row() for w in ws] for c, ws in self.pending_reads.items()},
+            "cands": [[d, o, r] for d, o, r in zip(self.cand_due, self.cand_offset,
+                                                    self.cand_reader, strict=True)],
             "procs": procs,
         }
         return pickle.dumps(body, protocol=5)
@@ -632,8 +686,9 @@ class KeyState:
         st.wide_writers = body.get("wide_writers", {})  # (version 2: filled by _load_tables)
         st._load_tables(dict(zip(TABLES, body["arrays"], strict=True)))
         st.vals = body["vals"]
-        st.loose = body["loose"]
-        st.pending_reads = body["pending_reads"]
+        st.loose = {c: loose_of(row) for c, row in body["loose"].items()}
+        st.pending_reads = {c: [pending_read_of(w) for w in ws]
+                            for c, ws in body["pending_reads"].items()}
         for d, o, r in body["cands"]:
             st.add_cand(d, o, r)
         for p, fields in body["procs"].items():

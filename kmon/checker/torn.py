@@ -24,12 +24,43 @@ from kmon.checker.anomaly import LOST_WRITE, TORN_TRANSACTION
 from kmon.checker.sink import Sink, TxnFact
 
 
+class Write:
+    """One write of a multi-write op, as one of its keys' facts told the stage: ``reader``
+    and ``max_read`` are the poll that read past an invisible write and the highest offset read
+    then (-1: not known, and always for a visible write)."""
+
+    __slots__ = ("key", "max_read", "offset", "outcome", "reader", "value")
+
+    def __init__(self, key: Any, value: Any, offset: int | None, outcome: str = "unknown",
+                 reader: int = -1, max_read: int = -1) -> None:
+        self.key = key
+        self.value = value
+        self.offset = offset
+        self.outcome = outcome  # the writer's completion, as the fact's key saw it
+        self.reader = reader
+        self.max_read = max_read
+
+    def where(self) -> list[Any]:
+        """``[key, value, offset]``: how torn-transaction records list a write."""
+        return [self.key, self.value, self.offset]
+
+    def row(self) -> list[Any]:
+        """As state stores keep it."""
+        return [self.key, self.value, self.offset, self.outcome, self.reader, self.max_read]
+
+
+def write_of(row: list[Any]) -> Write:
+    """A ``Write`` from its ``row``, or from a row saved before rows had the outcome (a visible
+    write: 3 fields) or the reader (4 fields)."""
+    return Write(*row[:6])
+
+
 class TxnState:
     __slots__ = ("invisible", "lost_reported", "time", "torn_reported", "visible")
 
     def __init__(self) -> None:
-        self.visible: list[list[Any]] = []
-        self.invisible: list[list[Any]] = []  # [key, value, offset, outcome, reader, max read]
+        self.visible: list[Write] = []
+        self.invisible: list[Write] = []
         self.torn_reported = 0  # how many invisible writes the last torn record listed
         self.lost_reported = 0  # invisible info writes already reported lost
         self.time = 0
@@ -56,10 +87,10 @@ class TxnStage:
             ts = self.txns[fact.writer] = TxnState()
         ts.time = max(ts.time, fact.time)
         if fact.kind == "visible":
-            ts.visible.append([fact.key, fact.value, fact.offset])
+            ts.visible.append(Write(fact.key, fact.value, fact.offset))
         else:
-            ts.invisible.append([fact.key, fact.value, fact.offset, fact.outcome, fact.reader,
-                                 fact.max_read])
+            ts.invisible.append(Write(fact.key, fact.value, fact.offset, fact.outcome,
+                                      fact.reader, fact.max_read))
         judge(fact.writer, ts, sink)
 
     def advance(self, watermark: int) -> None:
@@ -80,16 +111,16 @@ def judge(writer: Any, ts: TxnState, sink: Sink) -> None:
     if len(ts.invisible) > ts.torn_reported:
         ts.torn_reported = len(ts.invisible)
         sink.anomaly(TORN_TRANSACTION, {
-            "key": ts.invisible[0][0],
+            "key": ts.invisible[0].key,
             "writer": writer,
-            "visible": [list(v) for v in ts.visible],
-            "invisible": [inv[:3] for inv in ts.invisible],
+            "visible": [w.where() for w in ts.visible],
+            "invisible": [w.where() for w in ts.invisible],
         })
     # A visible write proves the op committed: its unseen writes were lost.
-    for inv in ts.invisible[ts.lost_reported:]:
-        if inv[3] in ("info", "unknown"):
-            record = {"key": inv[0], "value": inv[1], "offset": inv[2], "writer": writer}
-            if len(inv) > 5 and inv[4] >= 0:  # (states saved before these were kept: 4 fields)
-                record["reader"], record["max-read-offset"] = inv[4], inv[5]
+    for w in ts.invisible[ts.lost_reported:]:
+        if w.outcome in ("info", "unknown"):
+            record = {"key": w.key, "value": w.value, "offset": w.offset, "writer": writer}
+            if w.reader >= 0:
+                record["reader"], record["max-read-offset"] = w.reader, w.max_read
             sink.anomaly(LOST_WRITE, record)
     ts.lost_reported = len(ts.invisible)

@@ -33,8 +33,8 @@ def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
             seen.add(val[i])
             out.append((st.value(val[i]), base + i))
     for code, rec in st.loose.items():
-        if rec[1] & W_OK and not _read_ok_anywhere(st, code, consumed) and code not in seen:
-            out.append((st.value(code), rec[0]))
+        if rec.acked() and not _read_ok_anywhere(st, code, consumed) and code not in seen:
+            out.append((st.value(code), rec.offset))
     return out
 
 
@@ -43,7 +43,7 @@ def _read_ok_anywhere(st: KeyState, code: int, consumed: Consumed) -> bool:
     loose record), at its home slot (a committed poll after an uncommitted one reads it where
     it really is, which a loose record does not hear of), or at any other slot."""
     rec = st.loose.get(code) if st.loose else None
-    if rec is not None and rec[1] & READ_OK:
+    if rec is not None and rec.consumed():
         return True
     home = st.find(code)
     j = home - st.base
@@ -79,11 +79,10 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
     if settled:
         st.unseen_from = st.base + len(flg)
     for code, rec in st.loose.items():  # acknowledged without an offset
-        f = rec[1]
-        if (f & W_OK and not f & UNSEEN_DONE and 0 < rec[3] <= horizon
+        if (rec.acked() and not rec.flags & UNSEEN_DONE and 0 < rec.ack_time <= horizon
                 and not _read_ok_anywhere(st, code, consumed)):
-            rec[1] = f | UNSEEN_DONE
-            sink.unseen.append((st.key, st.value(code), rec[0], rec[3]))
+            rec.flags |= UNSEEN_DONE
+            sink.unseen.append((st.key, st.value(code), rec.offset, rec.ack_time))
 
 
 def next_deadline(st: KeyState, grace: int) -> int:
@@ -98,7 +97,7 @@ def next_deadline(st: KeyState, grace: int) -> int:
             if t >= 0 and t + grace < due:
                 due = t + grace
     for rec in st.loose.values():
-        f = rec[1]
-        if f & W_OK and not f & (READ_OK | UNSEEN_DONE) and rec[3] and rec[3] + grace < due:
-            due = rec[3] + grace
+        if (rec.acked() and not rec.consumed() and not rec.flags & UNSEEN_DONE and rec.ack_time
+                and rec.ack_time + grace < due):
+            due = rec.ack_time + grace
     return due

@@ -36,6 +36,7 @@ from kmon.checker.state import (
     W_FAIL,
     W_OK,
     KeyState,
+    Loose,
 )
 
 _WRITER_BITS: Final = W_ANY | MULTI
@@ -75,7 +76,8 @@ def _fill(st: KeyState, i: int, code: int, flags: int, writer: int, revealed: in
 def _displace(st: KeyState, i: int) -> None:
     """Move the (not yet visible) value out of slot ``i`` so a visible one can take it."""
     revealed = st.revealed_ns(i)
-    st.loose[st.val[i]] = [st.base + i, st.flg[i], st.writer(i), max(revealed, 0), st.max_time]
+    st.loose[st.val[i]] = Loose(st.base + i, st.flg[i], st.writer(i), max(revealed, 0),
+                                st.max_time)
 
 
 def place_read(st: KeyState, off: int, code: int, fr: Fragment, sink: Sink) -> int:
@@ -115,8 +117,8 @@ def _conflicting_read(
     st: KeyState, i: int, off: int, code: int, fr: Fragment, rb: int, sink: Sink
 ) -> None:
     rec = st.loose.get(code)
-    if rec is not None and rec[0] == off:
-        rec[1] |= VER | rb  # this conflict was already reported
+    if rec is not None and rec.offset == off:
+        rec.flags |= VER | rb  # this conflict was already reported
         return
     inconsistent(st, off, st.val[i], code, sink)
     home = st.find(code)
@@ -124,8 +126,9 @@ def _conflicting_read(
         st.flg[home - st.base] |= rb
         if st.flg[home - st.base] & VER:
             duplicate(st, code, home, off, sink)
-    flags, writer, revealed = (rec[1], rec[2], rec[3]) if rec is not None else (0, -1, 0)
-    st.loose[code] = [off, flags | VER | rb, writer, revealed, fr.time]
+    flags, writer, revealed = (rec.flags, rec.writer, rec.ack_time) if rec is not None else (
+        0, -1, 0)
+    st.loose[code] = Loose(off, flags | VER | rb, writer, revealed, fr.time)
 
 
 def _first_read(st: KeyState, revealed: int, t: int, sink: Sink) -> None:
@@ -150,16 +153,16 @@ def _settle_read(
         _fill(st, i, code, VER | rb | (st.flg[j] & _WRITER_BITS), st.writer(j), 0)
         return
     rec = st.loose.get(code)
-    if rec is not None and rec[0] is None:  # completed without an offset
+    if rec is not None and rec.offset is None:  # completed without an offset
         del st.loose[code]
-        _first_read(st, rec[3], t, sink)
-        flags = VER | rb | (rec[1] & (_WRITER_BITS | SENT | READ_BITS))
-        _fill(st, i, code, flags, rec[2], rec[3])
-    elif rec is not None:  # displaced from a conflicting offset, now read here too
-        rec[1] |= rb
-        if rec[1] & VER:
-            duplicate(st, code, rec[0], off, sink)
-        _fill(st, i, code, VER | rb | (rec[1] & _WRITER_BITS), rec[2], 0)
+        _first_read(st, rec.ack_time, t, sink)
+        flags = VER | rb | (rec.flags & (_WRITER_BITS | SENT | READ_BITS))
+        _fill(st, i, code, flags, rec.writer, rec.ack_time)
+    elif rec is not None and rec.offset is not None:  # displaced, now read here too
+        rec.flags |= rb
+        if rec.flags & VER:
+            duplicate(st, code, rec.offset, off, sink)
+        _fill(st, i, code, VER | rb | (rec.flags & _WRITER_BITS), rec.writer, 0)
     else:
         _fill(st, i, code, VER | rb, -1, 0)
     st.index_add(off, code)
@@ -217,10 +220,10 @@ def _send_without_offset(
         return home - st.base
     rec = st.loose.get(code)
     if rec is None:
-        st.loose[code] = [None, wflags, writer, ack, t]
+        st.loose[code] = Loose(None, wflags, writer, ack, t)
     else:
-        rec[1] = (rec[1] & ~W_ANY) | wflags
-        rec[2], rec[3], rec[4] = writer, ack, t
+        rec.flags = (rec.flags & ~W_ANY) | wflags
+        rec.writer, rec.ack_time, rec.time = writer, ack, t
     return -1
 
 
@@ -229,9 +232,9 @@ def _conflicting_send(
 ) -> None:
     ok = wflags & W_OK
     rec = st.loose.get(code)
-    if ok and not (rec is not None and rec[0] == off and rec[1] & VER):
+    if ok and not (rec is not None and rec.offset == off and rec.flags & VER):
         inconsistent(st, off, st.val[i], code, sink)
-    read = rec[1] & READ_BITS if rec is not None else 0
+    read = rec.flags & READ_BITS if rec is not None else 0
     home = st.find(code)
     if home >= 0:
         # Polled at its real offset before this ack claimed another (spurious zero offsets
@@ -242,7 +245,7 @@ def _conflicting_send(
         _teach_writer(st, j, wflags, fr.op, 0)
         read |= st.flg[j] & READ_BITS
     flags = wflags | SENT | (VER if ok else 0) | read
-    st.loose[code] = [off, flags, fr.op, fr.time if ok else 0, fr.time]
+    st.loose[code] = Loose(off, flags, fr.op, fr.time if ok else 0, fr.time)
 
 
 def _settle_send(
@@ -261,9 +264,9 @@ def _settle_send(
         _fill(st, i, code, flags | (st.flg[j] & READ_BITS), fr.op, revealed)
         return i
     rec = st.loose.pop(code, None)
-    if rec is not None and rec[0] is not None:  # displaced elsewhere: keep that record
+    if rec is not None and rec.offset is not None:  # displaced elsewhere: keep that record
         st.loose[code] = rec
         rec = None
-    _fill(st, i, code, flags | (rec[1] & READ_BITS if rec is not None else 0), fr.op, revealed)
+    _fill(st, i, code, flags | (rec.flags & READ_BITS if rec is not None else 0), fr.op, revealed)
     st.index_add(off, code)
     return i
