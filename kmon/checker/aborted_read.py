@@ -19,33 +19,7 @@ from typing import Any
 
 from kmon.checker.anomaly import G1A, PRECOMMITTED_READ
 from kmon.checker.sink import Sink, TxnFact
-from kmon.checker.state import (
-    FLAG_OUTCOME,
-    MULTI,
-    VISIBLE_DONE,
-    W_ANY,
-    W_FAIL,
-    KeyState,
-    Loose,
-    PendingRead,
-)
-
-
-def _writer(st: KeyState, code: int) -> tuple[int, int, Loose | None, int]:
-    """(flags, writer op, loose record or None, slot or -1) of the value ``code``."""
-    i, rec = st.record_of(code)
-    if i >= 0:
-        return st.flg[i], st.writer(i), None, i
-    if rec is not None:
-        return rec.flags, rec.writer, rec, -1
-    return 0, -1, None, -1
-
-
-def _mark(st: KeyState, i: int, rec: Loose | None, bit: int) -> None:
-    if i >= 0:
-        st.flg[i] |= bit
-    elif rec is not None:
-        rec.flags |= bit
+from kmon.checker.state import VISIBLE_DONE, KeyState, PendingRead, ValueWriter
 
 
 def judge_read(
@@ -53,12 +27,12 @@ def judge_read(
     ok: bool, sink: Sink,
 ) -> None:
     """A poll by op ``reader`` read ``code`` at ``off``: aborted? atomicity fact? or wait."""
-    flags, writer, rec, i = _writer(st, code)
-    if not flags & W_ANY:
+    w = st.writer_of(code)
+    if not w.completed():
         waiting = PendingRead(reader, off, deadline, process, ok)
         st.pending_reads.setdefault(code, []).append(waiting)
         return
-    _judge(st, code, off, flags, writer, rec, i, reader, time, ok, sink)
+    _judge(st, code, off, w, reader, time, ok, sink)
 
 
 def judge_read_at(
@@ -66,25 +40,22 @@ def judge_read_at(
     deadline: int, ok: bool, sink: Sink,
 ) -> None:
     """``judge_read`` for a value just read in slot ``i``: usually its home, so no lookup."""
-    flags = st.flg[i]
-    if not flags & W_ANY or st.find(code) != st.base + i:
+    if not st.completed(i) or st.find(code) != st.base + i:
         judge_read(st, code, off, reader, process, time, deadline, ok, sink)
         return
-    _judge(st, code, off, flags, st.writer(i), None, i, reader, time, ok, sink)
+    _judge(st, code, off, st.writer_at(i), reader, time, ok, sink)
 
 
-def _judge(
-    st: KeyState, code: int, off: int, flags: int, writer: int, rec: Loose | None, i: int,
-    reader: int, time: int, ok: bool, sink: Sink,
-) -> None:
-    if flags & W_FAIL and writer != reader:
+def _judge(st: KeyState, code: int, off: int, w: ValueWriter, reader: int, time: int, ok: bool,
+           sink: Sink) -> None:
+    if w.failed() and w.op != reader:
         sink.anomaly(G1A, {"key": st.key, "value": st.value(code), "offset": off,
-                           "writer": writer, "reader": reader})
-    if ok and flags & MULTI and not flags & VISIBLE_DONE:
+                           "writer": w.op, "reader": reader})
+    if ok and w.multi() and not w.marked(VISIBLE_DONE):
         # read by a committed op: the writer's effects were visible (and it committed)
-        sink.facts.append(TxnFact("visible", writer, st.key, st.value(code), off,
-                                  FLAG_OUTCOME[flags & W_ANY], time))
-        _mark(st, i, rec, VISIBLE_DONE)
+        sink.facts.append(TxnFact("visible", w.op, st.key, st.value(code), off, w.outcome(),
+                                  time))
+        w.mark(VISIBLE_DONE)
 
 
 def writer_known(st: KeyState, code: int, time: int, sink: Sink) -> None:
@@ -92,9 +63,9 @@ def writer_known(st: KeyState, code: int, time: int, sink: Sink) -> None:
     waiting = st.pending_reads.pop(code, None)
     if waiting is None:
         return
-    flags, writer, rec, i = _writer(st, code)
-    for w in waiting:
-        _judge(st, code, w.offset, flags, writer, rec, i, w.reader, time, w.ok, sink)
+    w = st.writer_of(code)
+    for r in waiting:
+        _judge(st, code, r.offset, w, r.reader, time, r.ok, sink)
 
 
 def precommitted(st: KeyState, op: int, values: list[Any], sink: Sink) -> None:

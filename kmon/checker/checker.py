@@ -26,7 +26,7 @@ from kmon.checker.poll_skip import count_versions
 from kmon.checker.report import Report, merge_anomalies
 from kmon.checker.send_order import in_version_order
 from kmon.checker.sink import Sink
-from kmon.checker.state import OCCUPIED, VER, W_ANY, W_FAIL, KeyState
+from kmon.checker.state import KeyState
 from kmon.checker.torn import TxnStage
 from kmon.checker.unseen import unseen_values
 from kmon.checker.values import EMPTY
@@ -255,11 +255,9 @@ class Checker:
         g: Graph = {}
         for reader, key, value in self.reads:
             st = self.keys[key]
-            i, rec = st.record_of(st.code(value))
-            flags, writer = (st.flg[i], st.writer(i)) if i >= 0 else (
-                (rec.flags, rec.writer) if rec is not None else (0, -1))
-            if writer >= 0 and flags & W_ANY and not flags & W_FAIL:
-                add_edge(g, writer, reader, "wr", key, value)
+            w = st.writer_of(st.code(value))
+            if w.op >= 0 and w.completed() and not w.failed():
+                add_edge(g, w.op, reader, "wr", key, value)
         if self.config.ww_deps:
             for key, st in self.keys.items():
                 _ww_edges(g, key, st)
@@ -269,10 +267,9 @@ class Checker:
 def _ww_edges(g: Graph, key: Any, st: KeyState) -> None:
     prev = -1
     for i in range(len(st.val)):
-        f = st.flg[i]
-        if not f & VER or not f & OCCUPIED or st.val[i] == EMPTY:
+        if not st.in_version_order(i) or st.val[i] == EMPTY:
             continue
-        writer = st.writer(i) if f & W_ANY and not f & W_FAIL else -1
+        writer = st.writer(i) if st.completed(i) and not st.writer_failed(i) else -1
         if writer >= 0 and prev >= 0:
             add_edge(g, prev, writer, "ww", key, st.value(st.val[i]))
         if writer >= 0:

@@ -48,6 +48,9 @@ class FoldConfig:
     # After how long an acknowledged, unread value gets an ``unseen`` verdict (online only).
     unseen_grace_ns: int | None = None
     collect_lags: bool = True
+    # False: every send and read through version_order's general path, not the common cases
+    # inlined below (tests/checker/test_fold_inline.py proves both leave the same state).
+    inline: bool = True
 
 
 def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
@@ -67,9 +70,9 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
         pp.poll_off = None  # the consumer restarts from a committed offset: no order to check
     deadline = INF if cfg.grace_ns is None else t + cfg.grace_ns
     if fr.sends:
-        _apply_sends(st, pp, fr, deadline, cfg.grace_ns is None, sink)
+        _apply_sends(st, pp, fr, deadline, cfg.grace_ns is None, cfg.inline, sink)
     if fr.reads is not None:
-        _apply_reads(st, pp, fr, deadline, sink)
+        _apply_reads(st, pp, fr, deadline, cfg.inline, sink)
     if cfg.collect_lags and ty == "ok" and (fr.f == "poll" or fr.f == "txn"):
         if pp.lag_pos >= st.last_revealed:  # caught up with everything known to exist
             sink.lags.append((fr.invoke_time, p, st.key, 0))
@@ -84,7 +87,8 @@ _DIRECT_MAX: Final = (1 << 62) - 1
 
 
 def _apply_sends(
-    st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, offline: bool, sink: Sink
+    st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, offline: bool, inline: bool,
+    sink: Sink,
 ) -> None:
     ty = fr.type
     # The writer's outcome flag (anything but ok or fail is info; the inverse is
@@ -99,7 +103,7 @@ def _apply_sends(
     placed = []
     for v, off in fr.sends or []:  # (a list either way: compiled, a loop without an iterator)
         c: int = v if type(v) is int and _DIRECT_MIN <= v <= _DIRECT_MAX else st.code(v)
-        if off is not None and ok:
+        if off is not None and ok and inline:
             i = off - st.base
             if i >= len(st.flg) and st.base >= 0 and t > 0:
                 st.slot(off)  # grow the window here, as place_send would, and stay on this path
@@ -112,18 +116,18 @@ def _apply_sends(
                 val[i] = c
                 flg[i] = fresh
                 st.set_writer(i, op)
-                if not u:
-                    u = st.units(t)
-                a = st.ack(i)
-                if not a or u < a:
-                    st.reveal_units(i, u)
+                if t > 0:  # (time 0 reveals nothing: place_send's rule)
+                    if not u:
+                        u = st.units(t)
+                    a = st.ack(i)
+                    if not a or u < a:
+                        st.reveal_units(i, u)
                 st.index_at(ticket, off, c)
                 ch = i >> CHUNK_BITS
                 if t > ctime[ch]:
                     ctime[ch] = t
                 placed.append((off, v))
-                if off < st.frontier:
-                    lost_write.sent_below_reads(st, i, deadline)
+                lost_write.sent_below_reads(st, i, deadline)
                 continue
         i = place_send(st, off, c, wflags, fr, sink)
         aborted_read.writer_known(st, c, t, sink)
@@ -160,13 +164,16 @@ def _highest(placed: list[tuple[int, Any]]) -> int:
 _NEEDS_JUDGING: Final = W_FAIL | MULTI
 
 
-def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: Sink) -> None:
+def _apply_reads(
+    st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, inline: bool, sink: Sink
+) -> None:
     reads = fr.reads
     if not reads:
         return
     ty = fr.type
     ok = ty == "ok"
     rb = READ | READ_OK if ok else READ
+    seen = VER | rb  # what a read marks on its slot
     # ok and info completions reveal the offsets they read (0: a failed op reveals nothing)
     u = st.units(fr.time) if ty != "fail" else 0
     own = {v for v, _ in fr.sends} if fr.sends else None  # raw values: no encoding needed
@@ -185,16 +192,18 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
         c: int = v if type(v) is int and _DIRECT_MIN <= v <= _DIRECT_MAX else st.code(v)
         i = off - st.base
         # int(...): a join of the vector's i16 and the literal's int would be a boxed object
-        f = int(flg[i]) if 0 <= i < len(flg) and val[i] == c else 0
-        if f & OCCUPIED and f & W_ANY and not f & _NEEDS_JUDGING:
-            # The common case: read where its send put it, by a known, unfailed writer.
+        f = int(flg[i]) if inline and 0 <= i < len(flg) and val[i] == c else 0
+        if (f & OCCUPIED and f & W_ANY and not f & _NEEDS_JUDGING
+                and (not st.twins or st.find(c) == off)):
+            # The common case: read where its send put it, by a known, unfailed writer. (A
+            # value at two slots is judged by its home's writer: aborted_read.judge_read_at.)
             if not f & READ:
                 a = st.ack(i)
                 if a:
                     a = (a - 1) * st.tunit + (st.tbase or 0)  # st.ns(a), inline
                     e2e.append((key, t - a if t > a else 0))
-            if f & rb != rb:
-                flg[i] = f | VER | rb
+            if f & seen != seen:  # (a conflicting read may have set rb without VER)
+                flg[i] = f | seen
             a = st.ack(i)
             if u and (not a or u < a):
                 st.reveal_units(i, u)
@@ -221,8 +230,7 @@ def _apply_reads(st: KeyState, pp: ProcPos, fr: Fragment, deadline: int, sink: S
             hi = off
     if own_read:
         aborted_read.precommitted(st, op, own_read, sink)
-    if ok and hi > st.frontier:
-        lost_write.reads_reached(st, hi, op, deadline)
+    lost_write.reads_reached(st, hi, op, ok, deadline)
     # Every completion is compared with the last ok poll; only ok ones move the position (the
     # client rewinds after an abort, and an unknown outcome leaves the position unknown).
     first_off, first_v = reads[0]
@@ -304,11 +312,8 @@ def next_deadline(st: KeyState) -> int:
 
 
 def _chunk_settled(st: KeyState, c: int, unseen_decided: bool) -> bool:
-    flg = st.flg
     for i in range(c << CHUNK_BITS, (c + 1) << CHUNK_BITS):
-        f = flg[i]
-        judged = unseen_decided and f & UNSEEN_DONE
-        if f & W_OK and f & OCCUPIED and not f & READ_OK and not judged:
+        if st.acked_unread(i) and not (unseen_decided and st.marked(i, UNSEEN_DONE)):
             return False  # an acknowledged value nobody consumed: keep it until it is judged
     return True
 
@@ -328,10 +333,7 @@ def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
     if not drop:
         return
     n = drop * CHUNK
-    flg = st.flg
-    st.unseen_decided += sum(
-        1 for i in range(n) if flg[i] & W_OK and flg[i] & OCCUPIED and not flg[i] & READ_OK
-    )
+    st.unseen_decided += sum(1 for i in range(n) if st.acked_unread(i))
     st.drop_front(n)
     st.compacted = True
     # Rebuilt now, the index sheds the dropped values and fits the window as it is: left to
@@ -350,7 +352,7 @@ def _forget_idle(st: KeyState, horizon: int) -> None:
     for c in [c for c, rec in st.loose.items() if rec.time <= horizon]:
         rec = st.loose[c]
         if rec.acked() and not rec.consumed():
-            if not rec.flags & UNSEEN_DONE:
+            if not rec.marked(UNSEEN_DONE):
                 continue  # acknowledged, unread, not yet judged unseen: keep
             st.unseen_decided += 1
         del st.loose[c]

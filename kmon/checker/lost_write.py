@@ -15,7 +15,8 @@ nobody read it, the verdict is emitted, once. Offline the deadline is the end of
 
 Writes of ops that wrote two or more values also yield ``invisible`` facts at that point, whatever
 the writer's outcome, so the transaction stage can find torn transactions, and lost writes of
-``info`` writers that another of their writes proves committed.
+``info`` writers that another of their writes proves committed (``torn.judge``, with this
+module's ``report``).
 
 Record: ``{key, value, offset, writer, reader, max-read-offset}`` (``reader``: the op whose read
 went past the value).
@@ -23,67 +24,54 @@ went past the value).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any
 
 from librt.vecs import vec
 from mypy_extensions import i64
 
 from kmon.checker.anomaly import LOST_WRITE
 from kmon.checker.sink import Sink, TxnFact
-from kmon.checker.state import (
-    CAND,
-    DECIDED,
-    FLAG_OUTCOME,
-    MULTI,
-    OCCUPIED,
-    READ_OK,
-    SENT,
-    VER,
-    W_ANY,
-    W_FAIL,
-    W_INFO,
-    W_OK,
-    Consumed,
-    KeyState,
-)
-
-_DONE: Final = READ_OK | CAND | DECIDED
+from kmon.checker.state import CAND, DECIDED, Consumed, KeyState
 
 
-def _matters(f: int) -> bool:
-    """Does this unconsumed slot's absence prove something? (a lost or an invisible write)
+def _candidate(st: KeyState, i: int) -> bool:
+    """Is occupied slot ``i``, below what committed polls have read, a candidate: a value that,
+    never consumed, proves something (a lost or an invisible write), not judged yet?
 
-    An info or failed write of a multi-write op counts where its offset is known: from its ack
-    (SENT) or from a poll that read it without committing (VER): the transaction stage then
-    learns it is invisible, and reports it lost if another of its writes proves the commit.
+    An ok writer's value in the version order is lost if nobody consumes it. An info or failed
+    write of a multi-write op counts too (its offset is known: from its ack or from a poll that
+    read it without committing): the transaction stage then learns it is invisible, and
+    reports it lost if another of its writes proves the commit.
     """
-    if f & W_OK and f & VER:
+    if st.consumed(i) or st.marked(i, CAND | DECIDED):
+        return False
+    if st.acked(i) and st.in_version_order(i):
         return True
-    return bool(f & MULTI) and bool(f & (SENT | VER)) and bool(f & (W_INFO | W_FAIL))
+    return st.multi_write(i) and st.occupied(i) and st.completed(i) and not st.acked(i)
 
 
-def reads_reached(st: KeyState, hi: int, reader: int, deadline: int) -> None:
-    """Committed polls have now read offset ``hi``: unconsumed values below it are candidates."""
+def reads_reached(st: KeyState, hi: int, reader: int, committed: bool, deadline: int) -> None:
+    """A poll by ``reader`` read up to offset ``hi``. If it committed and went further than any
+    before, values below ``hi`` that nobody consumed become candidates, judged at ``deadline``
+    (only committed polls count: an aborted transaction's reads consumed nothing)."""
     lo = st.frontier
-    if hi <= lo:
+    if not committed or hi <= lo:
         return
     st.frontier = hi
     st.frontier_op = reader
-    flg, base = st.flg, st.base
+    base = st.base
     start = lo + 1 - base if lo + 1 > base else 0
-    end = hi - base if hi - base < len(flg) else len(flg)
+    end = hi - base if hi - base < len(st.flg) else len(st.flg)
     for i in range(start, end):
-        f = flg[i]
-        if f & OCCUPIED and not f & _DONE and _matters(f):
-            flg[i] = f | CAND
+        if st.occupied(i) and _candidate(st, i):
+            st.mark(i, CAND)
             st.add_cand(deadline, base + i, reader)
 
 
 def sent_below_reads(st: KeyState, i: int, deadline: int) -> None:
-    """A send completed at an offset readers have already passed."""
-    f = st.flg[i]
-    if st.base + i < st.frontier and not f & _DONE and _matters(f):
-        st.flg[i] = f | CAND
+    """A send completed into slot ``i``: a candidate at once if readers already went past it."""
+    if st.base + i < st.frontier and _candidate(st, i):
+        st.mark(i, CAND)
         st.add_cand(deadline, st.base + i, st.frontier_op)
 
 
@@ -108,19 +96,27 @@ def decide(st: KeyState, watermark: int, sink: Sink) -> None:
 
 def _verdict(st: KeyState, off: int, reader: int, consumed: Consumed, sink: Sink) -> None:
     i = off - st.base
-    f = st.flg[i]
-    st.flg[i] = (f & ~CAND) | DECIDED
+    st.decided(i)
     code = st.val[i]
     home = st.find(code)
-    if f & READ_OK or (home >= 0 and st.flg[home - st.base] & READ_OK):
+    if st.consumed(i) or (home >= 0 and st.consumed(home - st.base)):
         return
     if code in consumed:  # consumed where it really is (its ack named another offset)
         return
     value, writer = st.value(code), st.writer(i)
-    if f & VER and f & W_OK:
-        sink.anomaly(LOST_WRITE, {"key": st.key, "value": value, "offset": off,
-                                  "writer": writer, "reader": reader,
-                                  "max-read-offset": st.frontier})
-    if f & MULTI:  # part of a multi-write op: the transaction stage judges its atomicity
-        sink.facts.append(TxnFact("invisible", writer, st.key, value, off,
-                                  FLAG_OUTCOME[f & W_ANY], st.max_time, reader, st.frontier))
+    if st.in_version_order(i) and st.acked(i):
+        report(sink, st.key, value, off, writer, reader, st.frontier)
+    if st.multi_write(i):  # part of a multi-write op: the transaction stage judges its atomicity
+        sink.facts.append(TxnFact("invisible", writer, st.key, value, off, st.outcome(i),
+                                  st.max_time, reader, st.frontier))
+
+
+def report(sink: Sink, key: Any, value: Any, offset: int | None, writer: int, reader: int,
+           max_read: int) -> None:
+    """The evidence record of a lost write: ``reader`` is the committed poll that read past
+    the value, ``max-read-offset`` the highest offset polls had read then (both left out
+    when not known: -1, from stage-2 state saved before they were kept)."""
+    record = {"key": key, "value": value, "offset": offset, "writer": writer}
+    if reader >= 0:
+        record["reader"], record["max-read-offset"] = reader, max_read
+    sink.anomaly(LOST_WRITE, record)

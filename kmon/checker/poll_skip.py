@@ -29,7 +29,7 @@ distance from the first read to the second (1 = adjacent).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from kmon.checker.anomaly import (
     INT_NONMONOTONIC_POLL,
@@ -39,9 +39,7 @@ from kmon.checker.anomaly import (
     POLL_SKIP,
 )
 from kmon.checker.sink import Sink
-from kmon.checker.state import GAP, GAP_INT, GAP_SEND, OCCUPIED, VER, KeyState
-
-_GAP_BITS: Final = GAP | GAP_SEND | GAP_INT
+from kmon.checker.state import Crossing, KeyState
 
 
 def crossing(
@@ -55,31 +53,24 @@ def crossing(
     base = st.base
     start = lo + 1 - base if lo + 1 > base else 0
     end = hi - base
-    flg, val = st.flg, st.val
-    if end > len(val):
-        end = len(val)
-    mark = -1  # what an empty offset remembers; worked out at the first one
+    if end > len(st.val):
+        end = len(st.val)
+    remembered: Crossing | None = None  # made at the first empty offset
     for i in range(start, end):
-        f = flg[i]
-        if f & VER:
-            skipped.append(st.value(val[i]))
-        elif not f & OCCUPIED:
-            if mark < 0:
+        if st.in_version_order(i):
+            skipped.append(st.value(st.val[i]))
+        elif not st.occupied(i):
+            if remembered is None:
                 within = op_a == op_b
-                mark = GAP | (GAP_SEND if send else 0) | (GAP_INT if within else 0)
-                first = lo if within else op_a
-                # the third field: how far the crossing within one op went, else the process
-                third = hi - lo if within else (process if type(process) is int else -1)
-            flg[i] = (f & ~_GAP_BITS) | mark
-            val[i] = first
-            st.set_writer(i, op_b)
-            st.set_small(i, third)
+                remembered = Crossing(op_b, send, within, op_a,
+                                      process if type(process) is int else -1, lo, hi)
+            st.set_crossing(i, remembered)
     return skipped
 
 
 def _value_at(st: KeyState, off: int) -> Any:
     i = off - st.base
-    if 0 <= i < len(st.val) and st.flg[i] & OCCUPIED:
+    if 0 <= i < len(st.val) and st.occupied(i):
         return st.value(st.val[i])
     return None
 
@@ -88,8 +79,7 @@ def count_versions(st: KeyState, lo: int, hi: int) -> int:
     """Number of version-order values with offsets in (lo, hi]."""
     start = max(lo + 1, st.base) - st.base
     end = min(hi + 1 - st.base, len(st.val))
-    flg = st.flg
-    return sum(1 for i in range(start, end) if flg[i] & VER)
+    return sum(1 for i in range(start, end) if st.in_version_order(i))
 
 
 def skip_from_gap(st: KeyState, i: int, code: int, sink: Sink) -> None:
@@ -97,20 +87,19 @@ def skip_from_gap(st: KeyState, i: int, code: int, sink: Sink) -> None:
 
     The report merges it with the crossing's own record when there is one.
     """
-    f = st.flg[i]
-    first, op_b, third = st.val[i], st.writer(i), st.ack(i)
-    st.flg[i] = f & ~_GAP_BITS
+    c = st.crossing(i)
+    if c is None:
+        return
+    st.clear_crossing(i)
     skipped = [st.value(code)]
-    if f & GAP_INT:
-        kind = INT_SEND_SKIP if f & GAP_SEND else INT_POLL_SKIP
-        hi = first + third
-        sink.anomaly(kind, {"key": st.key, "op": op_b, "offsets": [first, hi],
-                            "values": [_value_at(st, first), _value_at(st, hi)],
+    if c.within:
+        kind = INT_SEND_SKIP if c.send else INT_POLL_SKIP
+        sink.anomaly(kind, {"key": st.key, "op": c.op, "offsets": [c.lo, c.hi],
+                            "values": [_value_at(st, c.lo), _value_at(st, c.hi)],
                             "skipped": skipped, "delta": 2})
     else:
-        op_a = first
-        rec = {"key": st.key, "process": third if third >= 0 else None, "ops": [op_a, op_b],
-               "skipped": skipped, "delta": 2}
+        rec = {"key": st.key, "process": c.process if c.process >= 0 else None,
+               "ops": [c.first_op, c.op], "skipped": skipped, "delta": 2}
         sink.anomaly(POLL_SKIP, rec)
 
 

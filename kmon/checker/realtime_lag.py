@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from kmon.checker.sink import Sink
-from kmon.checker.state import BLOCK_BITS, CHUNK, CHUNK_BITS, INF, OCCUPIED, KeyState
+from kmon.checker.state import BLOCK_BITS, CHUNK, CHUNK_BITS, INF, KeyState
 
 
 def first_ack_after(st: KeyState, pos: int) -> int:
@@ -33,12 +33,11 @@ def first_ack_after(st: KeyState, pos: int) -> int:
         start = 0
     if start >= n:
         return INF
-    flg = st.flg
     best = INF
     block_end = ((start >> BLOCK_BITS) + 1) << BLOCK_BITS
     for i in range(start, block_end if block_end < n else n):
         a = st.ack(i)
-        if a and a < best and flg[i] & OCCUPIED:
+        if a and a < best and st.occupied(i):
             best = a
     chunk_end = block_end
     if block_end & (CHUNK - 1):

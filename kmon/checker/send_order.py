@@ -23,7 +23,7 @@ from typing import Any
 from kmon.checker.anomaly import INT_NONMONOTONIC_SEND, INT_SEND_SKIP, NONMONOTONIC_SEND
 from kmon.checker.poll_skip import count_versions, crossing
 from kmon.checker.sink import Sink
-from kmon.checker.state import OCCUPIED, VER, KeyState, ProcPos
+from kmon.checker.state import KeyState, ProcPos
 
 # (offset, value) of each send of one op to one key whose offset is known, in op order
 Placed = list[tuple[int, Any]]
@@ -71,5 +71,4 @@ def between_ops(
 def in_version_order(st: KeyState, off: int, v: Any) -> bool:
     """Is ``v`` in the version order at ``off`` (read there, or an ok send's ack)?"""
     i = off - st.base
-    return (0 <= i < len(st.flg) and st.flg[i] & VER != 0 and st.flg[i] & OCCUPIED != 0
-            and st.val[i] == st.code(v))
+    return 0 <= i < len(st.flg) and st.in_version_order(i) and st.val[i] == st.code(v)

@@ -67,6 +67,7 @@ GAP_INT: Final = 1 << 14  # the crossing was within one op: ``val`` holds the of
 # Flags fit in 15 bits: ``flg`` is a vector of signed 16-bit ints.
 
 W_ANY: Final = W_OK | W_INFO | W_FAIL
+_GAP_BITS: Final = GAP | GAP_SEND | GAP_INT
 OCCUPIED: Final = VER | SENT
 FLAG_OUTCOME: Final = {W_OK: "ok", W_INFO: "info", W_FAIL: "fail", 0: "unknown"}
 
@@ -121,6 +122,13 @@ class Loose:
         """Its writer's completion was ok."""
         return bool(self.flags & W_OK)
 
+    def mark(self, flag: int) -> None:
+        """Record a detector's bookkeeping flag (``KeyState.mark``)."""
+        self.flags |= flag
+
+    def marked(self, flag: int) -> bool:
+        return bool(self.flags & flag)
+
     def row(self) -> list[Any]:
         """As state stores keep it (a list, the format's since version 2)."""
         return [self.offset, self.flags, self.writer, self.ack_time, self.time]
@@ -149,6 +157,63 @@ class PendingRead:
 
 def pending_read_of(row: list[Any]) -> PendingRead:
     return PendingRead(row[0], row[1], row[2], row[3], row[4])
+
+
+class Crossing:
+    """An op that read or sent across empty offsets (``poll_skip``): a value landing on one
+    later proves a skip. ``within`` one op (``op``'s successive reads or sends, from offset
+    ``lo`` to ``hi``), or between a process's two ops (``first_op`` then ``op``; ``process``
+    -1 unless an int)."""
+
+    __slots__ = ("first_op", "hi", "lo", "op", "process", "send", "within")
+
+    def __init__(self, op: int, send: bool, within: bool, first_op: int, process: int,
+                 lo: int, hi: int) -> None:
+        self.op = op
+        self.send = send  # between two sends (else two reads)
+        self.within = within
+        self.first_op = first_op
+        self.process = process
+        self.lo = lo
+        self.hi = hi
+
+
+class ValueWriter:
+    """What a key knows of a value's writer, wherever the value is held (a slot or a loose
+    record): its op (-1 unknown) and its flags as they were when asked (``mark`` records a
+    flag where the value is held, not in this copy)."""
+
+    __slots__ = ("flags", "op", "rec", "slot", "st")
+
+    def __init__(self, st: KeyState, slot: int, rec: Loose | None, flags: int, op: int) -> None:
+        self.st = st
+        self.slot = slot  # -1: not in a slot
+        self.rec = rec
+        self.flags = flags
+        self.op = op
+
+    def completed(self) -> bool:
+        """The writer's outcome is known (ok, info or fail)."""
+        return bool(self.flags & W_ANY)
+
+    def failed(self) -> bool:
+        return bool(self.flags & W_FAIL)
+
+    def multi(self) -> bool:
+        """The writer op wrote two or more values."""
+        return bool(self.flags & MULTI)
+
+    def outcome(self) -> str:
+        return FLAG_OUTCOME[self.flags & W_ANY]
+
+    def marked(self, flag: int) -> bool:
+        return bool(self.flags & flag)
+
+    def mark(self, flag: int) -> None:
+        if self.slot >= 0:
+            self.st.mark(self.slot, flag)
+        elif self.rec is not None:
+            self.rec.mark(flag)
 
 
 _I32_MIN: Final = -(1 << 31)
@@ -360,6 +425,83 @@ class KeyState:
             self.ctime[c] = t
         if t > self.max_time:
             self.max_time = t
+
+    # -- what a slot says, by intention (detectors ask these rather than test flag bits) -----
+    def occupied(self, i: int) -> bool:
+        """Slot ``i`` holds a value (else it is empty, or remembers a crossing)."""
+        return bool(self.flg[i] & OCCUPIED)
+
+    def in_version_order(self, i: int) -> bool:
+        """Slot ``i``'s value is in the version order: read there, or an ok send's ack."""
+        return bool(self.flg[i] & VER)
+
+    def consumed(self, i: int) -> bool:
+        """A committed (ok) poll read the value of occupied slot ``i``."""
+        return bool(self.flg[i] & READ_OK)
+
+    def seen(self, i: int) -> bool:
+        """Some poll, of any outcome, read slot ``i``'s value."""
+        return bool(self.flg[i] & READ)
+
+    def acked(self, i: int) -> bool:
+        """The writer of slot ``i``'s value completed ok."""
+        return bool(self.flg[i] & W_OK)
+
+    def acked_unread(self, i: int) -> bool:
+        """An acknowledged value no committed poll has read (yet): unseen."""
+        f = self.flg[i]
+        return bool(f & W_OK and f & OCCUPIED and not f & READ_OK)
+
+    def completed(self, i: int) -> bool:
+        """The writer of slot ``i``'s value has completed (ok, info or fail)."""
+        return bool(self.flg[i] & W_ANY)
+
+    def writer_failed(self, i: int) -> bool:
+        """The writer of slot ``i``'s value failed: it never committed."""
+        return bool(self.flg[i] & W_FAIL)
+
+    def outcome(self, i: int) -> str:
+        """The writer's completion: ok, info, fail, or unknown (not completed yet)."""
+        return FLAG_OUTCOME[self.flg[i] & W_ANY]
+
+    def multi_write(self, i: int) -> bool:
+        """The writer op wrote two or more values: the transaction stage judges its atomicity."""
+        return bool(self.flg[i] & MULTI)
+
+    def mark(self, i: int, flag: int) -> None:
+        """Record a detector's own bookkeeping flag (DECIDED, UNSEEN_DONE, VISIBLE_DONE...)."""
+        self.flg[i] |= flag
+
+    def marked(self, i: int, flag: int) -> bool:
+        return bool(self.flg[i] & flag)
+
+    def decided(self, i: int) -> None:
+        """Slot ``i``'s absence verdict was given: no longer a candidate (``lost_write``)."""
+        self.flg[i] = (self.flg[i] & ~CAND) | DECIDED
+
+    # -- crossings: empty slots keep the op that read or sent across them ---------------------
+    def crossing(self, i: int) -> Crossing | None:
+        """What empty slot ``i`` remembers of an op that went across it, or None."""
+        f = self.flg[i]
+        if not f & GAP:
+            return None
+        first, op, third = int(self.val[i]), self.writer(i), self.ack(i)
+        if f & GAP_INT:
+            return Crossing(op, bool(f & GAP_SEND), True, -1, -1, first, first + third)
+        return Crossing(op, bool(f & GAP_SEND), False, first, third, -1, -1)
+
+    def set_crossing(self, i: int, c: Crossing) -> None:
+        """Keep ``c`` in empty slot ``i``: its ``val`` holds the first op (within one op: the
+        offset it started from), ``wref`` the op that crossed, ``atime`` the process (within
+        one op: how far the crossing went)."""
+        mark = GAP | (GAP_SEND if c.send else 0) | (GAP_INT if c.within else 0)
+        self.flg[i] = (self.flg[i] & ~_GAP_BITS) | mark
+        self.val[i] = c.lo if c.within else c.first_op
+        self.set_writer(i, c.op)
+        self.set_small(i, c.hi - c.lo if c.within else c.process)
+
+    def clear_crossing(self, i: int) -> None:
+        self.flg[i] &= ~_GAP_BITS
 
     # -- ack times and writers ---------------------------------------------------------------
     def units(self, t: int) -> int:
@@ -623,6 +765,19 @@ class KeyState:
         if off >= 0:
             return off - self.base, None
         return -1, self.loose.get(code)
+
+    def writer_of(self, code: int) -> ValueWriter:
+        """What is known of the writer of value ``code`` (nothing: op -1, no outcome)."""
+        i, rec = self.record_of(code)
+        if i >= 0:
+            return self.writer_at(i)
+        if rec is not None:
+            return ValueWriter(self, -1, rec, rec.flags, rec.writer)
+        return ValueWriter(self, -1, None, 0, -1)
+
+    def writer_at(self, i: int) -> ValueWriter:
+        """The writer of slot ``i``'s value."""
+        return ValueWriter(self, i, None, self.flg[i], self.writer(i))
 
     def proc(self, process: Any) -> ProcPos:
         pp = self.procs.get(process)

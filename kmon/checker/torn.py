@@ -20,7 +20,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from kmon.checker.anomaly import LOST_WRITE, TORN_TRANSACTION
+from kmon.checker import lost_write
+from kmon.checker.anomaly import TORN_TRANSACTION
 from kmon.checker.sink import Sink, TxnFact
 
 
@@ -119,8 +120,5 @@ def judge(writer: Any, ts: TxnState, sink: Sink) -> None:
     # A visible write proves the op committed: its unseen writes were lost.
     for w in ts.invisible[ts.lost_reported:]:
         if w.outcome in ("info", "unknown"):
-            record = {"key": w.key, "value": w.value, "offset": w.offset, "writer": writer}
-            if w.reader >= 0:
-                record["reader"], record["max-read-offset"] = w.reader, w.max_read
-            sink.anomaly(LOST_WRITE, record)
+            lost_write.report(sink, w.key, w.value, w.offset, writer, w.reader, w.max_read)
     ts.lost_reported = len(ts.invisible)

@@ -12,22 +12,26 @@ from __future__ import annotations
 from typing import Any
 
 from kmon.checker.sink import Sink
-from kmon.checker.state import INF, OCCUPIED, READ_OK, UNSEEN_DONE, W_OK, Consumed, KeyState
+from kmon.checker.state import INF, UNSEEN_DONE, Consumed, KeyState, Loose
 
 
-def _acked_unread(f: int) -> bool:
-    return bool(f & W_OK and f & OCCUPIED and not f & READ_OK)
+def _waiting(st: KeyState, i: int) -> bool:
+    """Slot ``i`` holds an acknowledged value not consumed and not given its verdict yet."""
+    return st.acked_unread(i) and not st.marked(i, UNSEEN_DONE)
+
+
+def _loose_waiting(rec: Loose) -> bool:
+    return rec.acked() and not rec.consumed() and not rec.marked(UNSEEN_DONE)
 
 
 def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
     """(value, offset) of every acknowledged value not read, in offset order."""
     out: list[tuple[Any, int | None]] = []
     seen: set[int] = set()
-    flg, val, base = st.flg, st.val, st.base
+    val, base = st.val, st.base
     consumed = Consumed(st)
-    for i in range(len(flg)):
-        f = flg[i]
-        if _acked_unread(f) and val[i] not in seen and st.find(val[i]) == base + i:
+    for i in range(len(val)):
+        if st.acked_unread(i) and val[i] not in seen and st.find(val[i]) == base + i:
             if _read_ok_anywhere(st, val[i], consumed):
                 continue
             seen.add(val[i])
@@ -47,7 +51,7 @@ def _read_ok_anywhere(st: KeyState, code: int, consumed: Consumed) -> bool:
         return True
     home = st.find(code)
     j = home - st.base
-    if home >= 0 and 0 <= j < len(st.flg) and st.flg[j] & READ_OK:
+    if home >= 0 and 0 <= j < len(st.flg) and st.consumed(j):
         return True
     return code in consumed
 
@@ -58,17 +62,15 @@ def unseen_count(st: KeyState) -> int:
 
 def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
     """Give one ``unseen`` verdict to values acknowledged more than ``grace`` ago, still unread."""
-    flg = st.flg
     horizon = watermark - grace
     limit = st.units(horizon)
     start = st.unseen_from - st.base if st.unseen_from > st.base else 0
     settled = True  # everything scanned so far is read, judged, or not acknowledged
     consumed = Consumed(st)
-    for i in range(start, len(flg)):
-        f = flg[i]
-        if _acked_unread(f) and not f & UNSEEN_DONE:
+    for i in range(start, len(st.flg)):
+        if _waiting(st, i):
             if 0 < st.ack(i) <= limit:
-                flg[i] = f | UNSEEN_DONE
+                st.mark(i, UNSEEN_DONE)
                 if _read_ok_anywhere(st, st.val[i], consumed):
                     continue
                 sink.unseen.append((st.key, st.value(st.val[i]), st.base + i,
@@ -77,11 +79,11 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
                 settled = False
                 st.unseen_from = st.base + i
     if settled:
-        st.unseen_from = st.base + len(flg)
+        st.unseen_from = st.base + len(st.flg)
     for code, rec in st.loose.items():  # acknowledged without an offset
-        if (rec.acked() and not rec.flags & UNSEEN_DONE and 0 < rec.ack_time <= horizon
+        if (_loose_waiting(rec) and 0 < rec.ack_time <= horizon
                 and not _read_ok_anywhere(st, code, consumed)):
-            rec.flags |= UNSEEN_DONE
+            rec.mark(UNSEEN_DONE)
             sink.unseen.append((st.key, st.value(code), rec.offset, rec.ack_time))
 
 
@@ -89,15 +91,12 @@ def next_deadline(st: KeyState, grace: int) -> int:
     """When ``decide`` next has a verdict to give (INF: none pending): the earliest reveal of
     an acknowledged, unread value not judged yet, plus ``grace``."""
     due = INF
-    flg = st.flg
-    for i in range(max(0, st.unseen_from - st.base), len(flg)):
-        f = flg[i]
-        if _acked_unread(f) and not f & UNSEEN_DONE:
+    for i in range(max(0, st.unseen_from - st.base), len(st.flg)):
+        if _waiting(st, i):
             t = st.revealed_ns(i)
             if t >= 0 and t + grace < due:
                 due = t + grace
     for rec in st.loose.values():
-        if (rec.acked() and not rec.consumed() and not rec.flags & UNSEEN_DONE and rec.ack_time
-                and rec.ack_time + grace < due):
+        if _loose_waiting(rec) and rec.ack_time and rec.ack_time + grace < due:
             due = rec.ack_time + grace
     return due
