@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from kmon.checker.anomaly import G1A, PRECOMMITTED_READ
+from kmon.checker.flags import VISIBLE_DONE
 from kmon.checker.sink import Sink, TxnFact
-from kmon.checker.state import VISIBLE_DONE, KeyState, PendingRead, ValueWriter
+from kmon.checker.state import KeyState, PendingRead, ValueWriter
 
 
 def judge_read(

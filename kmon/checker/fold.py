@@ -16,12 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kmon.checker import aborted_read, lost_write, poll_skip, realtime_lag, send_order, unseen
-from kmon.checker.fragment import Fragment
-from kmon.checker.sink import Sink
-from kmon.checker.state import (
-    CHUNK,
-    CHUNK_BITS,
-    INF,
+from kmon.checker.flags import (
     MULTI,
     OCCUPIED,
     READ,
@@ -33,9 +28,10 @@ from kmon.checker.state import (
     W_FAIL,
     W_INFO,
     W_OK,
-    KeyState,
-    ProcPos,
 )
+from kmon.checker.fragment import Fragment
+from kmon.checker.sink import Sink
+from kmon.checker.state import CHUNK, CHUNK_BITS, INF, KeyState, ProcPos
 from kmon.checker.values import EMPTY, is_direct
 from kmon.checker.version_order import place_read, place_send
 

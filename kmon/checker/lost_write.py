@@ -30,8 +30,9 @@ from librt.vecs import vec
 from mypy_extensions import i64
 
 from kmon.checker.anomaly import LOST_WRITE
+from kmon.checker.flags import CAND, DECIDED
 from kmon.checker.sink import Sink, TxnFact
-from kmon.checker.state import CAND, DECIDED, Consumed, KeyState
+from kmon.checker.state import Consumed, KeyState
 
 
 def _candidate(st: KeyState, i: int) -> bool:

@@ -25,9 +25,8 @@ positions while the window is under 64k offsets.
 Storage: the per-slot, per-chunk and per-block tables are ``librt.vecs`` vectors (mypyc's
 runtime library), whose elements compiled code reads and writes as plain C integers; an
 ``array.array`` element costs a boxed object and, for a write, argument parsing: about 370
-instructions against a handful. The value index is one of two vectors (``ix16``/``ix32``),
-as its element width follows the window's size. A vector is replaced, not resized in place, when
-it grows: re-read it after ``slot``.
+instructions against a handful. The value index (``value_index.py``) is such a vector too. A
+vector is replaced, not resized in place, when it grows: re-read it after ``slot``.
 
 Offsets below ``base`` have been compacted: once the watermark is a grace period past every
 event that touched a chunk of 256 offsets and nothing is pending there, the chunk is dropped, so
@@ -44,32 +43,27 @@ from typing import Any, Final
 from librt.vecs import append, extend, vec
 from mypy_extensions import i16, i32, i64
 
+from kmon.checker.flags import (
+    CAND,
+    DECIDED,
+    FLAG_OUTCOME,
+    GAP,
+    GAP_BITS,
+    GAP_INT,
+    GAP_SEND,
+    MULTI,
+    OCCUPIED,
+    READ,
+    READ_OK,
+    VER,
+    W_ANY,
+    W_FAIL,
+    W_OK,
+)
+from kmon.checker.value_index import ValueIndex
 from kmon.checker.values import EMPTY, decode, encode
 
 INF: Final = (1 << 63) - 1
-
-# Slot and loose-record flags.
-VER: Final = 1 << 0  # in the version order: a poll read it here, or an ok send reported this offset
-READ: Final = 1 << 1  # some poll read this value (any outcome)
-SENT: Final = 1 << 2  # a send completion reported this offset for this value
-W_OK: Final = 1 << 3  # the writer's completion: ok ...
-W_INFO: Final = 1 << 4  # ... info ...
-W_FAIL: Final = 1 << 5  # ... or fail (none of the three: not known yet)
-MULTI: Final = 1 << 6  # the writer op wrote two or more values: the txn stage checks atomicity
-GAP: Final = 1 << 7  # empty slot some op read or sent across; the crossing is kept in the slot
-GAP_SEND: Final = 1 << 8  # ... and it was between two sends of one op
-CAND: Final = 1 << 9  # an absence verdict (lost-write / invisible write) is pending for this slot
-DECIDED: Final = 1 << 10  # that verdict, or an unseen verdict, was emitted
-READ_OK: Final = 1 << 11  # an ok op read this value: consumed (what lost-write and unseen ask)
-VISIBLE_DONE: Final = 1 << 12  # a visible fact was already sent for this value
-UNSEEN_DONE: Final = 1 << 13  # an unseen verdict was already emitted for this value
-GAP_INT: Final = 1 << 14  # the crossing was within one op: ``val`` holds the offset it started from
-# Flags fit in 15 bits: ``flg`` is a vector of signed 16-bit ints.
-
-W_ANY: Final = W_OK | W_INFO | W_FAIL
-_GAP_BITS: Final = GAP | GAP_SEND | GAP_INT
-OCCUPIED: Final = VER | SENT
-FLAG_OUTCOME: Final = {W_OK: "ok", W_INFO: "info", W_FAIL: "fail", 0: "unknown"}
 
 CHUNK_BITS: Final = 8
 CHUNK: Final = 1 << CHUNK_BITS
@@ -220,7 +214,6 @@ _I32_MIN: Final = -(1 << 31)
 _I32_MAX: Final = (1 << 31) - 1
 _NO_WRITER: Final = _I32_MIN  # wref: writer unknown
 _WIDE_WRITER: Final = _I32_MIN + 1  # wref: the writer is in ``wide_writers`` (see set_writer)
-_NO_SLOT: Final = {"H": 0xFFFF, "i": -1}
 MS: Final = 1_000_000
 HOUR: Final = 3600 * 1_000_000_000
 
@@ -279,11 +272,7 @@ class KeyState:
         "flg",
         "frontier",
         "frontier_op",
-        "ibase",
-        "inone",
-        "iused",
-        "ix16",
-        "ix32",
+        "index",
         "key",
         "last_revealed",
         "late",
@@ -322,12 +311,7 @@ class KeyState:
         # per chunk: earliest ack (in atime units) in it (INF: none)
         self.amin: vec[i64] = vec[i64]()
         self.bmin: vec[i64] = vec[i64]()  # per block of 16: the same, so lag queries scan little
-        # the value index (see ``find``): code -> offset - ibase
-        self.ix16: vec[i16] = _run16(16, -1)
-        self.ix32: vec[i32] = vec[i32]()
-        self.inone = 0xFFFF  # the index's empty cell
-        self.ibase = 0
-        self.iused = 0
+        self.index = ValueIndex()  # value code -> offset of its slot (see ``find``)
         self.vals: dict[int, Any] = {}  # code -> original value, for non-int values
         self.loose: dict[int, Loose] = {}
         self.pending_reads: dict[int, list[PendingRead]] = {}  # code -> reads awaiting its writer
@@ -495,13 +479,13 @@ class KeyState:
         offset it started from), ``wref`` the op that crossed, ``atime`` the process (within
         one op: how far the crossing went)."""
         mark = GAP | (GAP_SEND if c.send else 0) | (GAP_INT if c.within else 0)
-        self.flg[i] = (self.flg[i] & ~_GAP_BITS) | mark
+        self.flg[i] = (self.flg[i] & ~GAP_BITS) | mark
         self.val[i] = c.lo if c.within else c.first_op
         self.set_writer(i, c.op)
         self.set_small(i, c.hi - c.lo if c.within else c.process)
 
     def clear_crossing(self, i: int) -> None:
-        self.flg[i] &= ~_GAP_BITS
+        self.flg[i] &= ~GAP_BITS
 
     # -- ack times and writers ---------------------------------------------------------------
     def units(self, t: int) -> int:
@@ -610,147 +594,24 @@ class KeyState:
         val, flg = self.val, self.flg
         return {val[i] for i in range(len(flg)) if flg[i] & READ_OK and flg[i] & OCCUPIED}
 
-    # The index: open addressing, code -> position (offset - ``ibase``), in ``ix16`` while the
-    # window's positions fit in 16 unsigned bits (the vector's signed elements read back
-    # unsigned), else in ``ix32``; the other vector stays empty. ``inone`` marks an empty cell:
-    # 0xFFFF narrow, -1 wide. Vectors, not arrays: compiled code reads their cells as C ints.
-    def _isize(self) -> int:
-        return len(self.ix16) if self.inone > 0 else len(self.ix32)
-
-    def _cell(self, h: int) -> int:
-        if self.inone > 0:
-            return int(self.ix16[h]) & 0xFFFF
-        return int(self.ix32[h])
-
-    def _put(self, h: int, pos: int) -> None:
-        if self.inone < 0:
-            self.ix32[h] = pos
-        elif pos < 0:  # (what the unsigned array this replaced raised)
-            raise OverflowError("unsigned short is less than minimum")
-        else:
-            self.ix16[h] = pos - 0x10000 if pos > 0x7FFF else pos
-
+    # The value index (value_index.py) over this window.
     def find(self, code: int) -> int:
         """Offset of the slot holding ``code`` (its first home), or -1."""
-        size = self._isize()
-        h = (code ^ (code >> 29) ^ (code >> 47)) % size
-        val, ibase = self.val, self.ibase
-        stale = self.base - ibase  # entries below this point to compacted offsets: tombstones
-        none = self.inone
-        while True:
-            p = self._cell(h)
-            if p == none:
-                return -1
-            if p >= stale and val[p - stale] == code:
-                return p + ibase
-            h += 1
-            if h == size:
-                h = 0
+        return self.index.find(code, self.val, self.base)
 
     def probe(self, code: int) -> int:
-        """``find``, also noting where ``index_add`` would put ``code`` if it is not indexed.
-
-        Returns the offset of its home (>= 0), or else a negative ticket for ``index_at``: one
-        walk of the probe chain instead of two for a value about to be indexed.
-        """
-        size = self._isize()
-        h = (code ^ (code >> 29) ^ (code >> 47)) % size
-        val, ibase = self.val, self.ibase
-        stale = self.base - ibase  # entries below this point to compacted offsets
-        none = self.inone
-        free = -1  # the first tombstone on the chain: index_add reuses it
-        while True:
-            p = self._cell(h)
-            if p == none:
-                return -2 - (h << 1) if free < 0 else -1 - (free << 1)
-            if p < stale:
-                if free < 0:
-                    free = h
-            elif val[p - stale] == code:
-                return p + ibase
-            h += 1
-            if h == size:
-                h = 0
+        """``find``, or a negative ticket for ``index_at``: one walk of the probe chain for a
+        value about to be indexed (``ValueIndex.probe``)."""
+        return self.index.probe(code, self.val, self.base)
 
     def index_at(self, ticket: int, off: int, code: int) -> None:
-        """``index_add(off, code)`` where the ``probe`` that gave ``ticket`` found room."""
-        pos = off - self.ibase
-        if pos >= 0xFFFF and self.inone > 0:
-            self.index_add(off, code)
-            return
-        h = -1 - ticket
-        self._put(h >> 1, pos)
-        if h & 1:  # an empty cell, not a reused tombstone
-            self.iused += 1
-            if self.iused * 10 > self._isize() * 7:  # at most 70% full, tombstones included
-                self.rebuild_index()
+        self.index.add_at(ticket, off, code, self.val, self.flg, self.base, not self.compacted)
 
     def index_add(self, off: int, code: int) -> None:
-        pos = off - self.ibase
-        if pos >= 0xFFFF and self.inone > 0:
-            self.rebuild_index()  # the window outgrew 16-bit positions
-            pos = off - self.ibase
-        none = self.inone
-        size = self._isize()
-        h = (code ^ (code >> 29) ^ (code >> 47)) % size
-        stale = self.base - self.ibase  # entries below this point to compacted offsets
-        while True:
-            p = self._cell(h)
-            if p == none:
-                break
-            if p < stale:  # reuse a tombstone: the caller knows ``code`` is not indexed
-                self._put(h, pos)
-                return
-            h += 1
-            if h == size:
-                h = 0
-        self._put(h, pos)
-        self.iused += 1
-        if self.iused * 10 > size * 7:  # at most 70% full, tombstones included
-            self.rebuild_index()
+        self.index.add(off, code, self.val, self.flg, self.base, not self.compacted)
 
     def rebuild_index(self) -> None:
-        """Rebuild the value index from the window (any size will do: probing is modulo)."""
-        val, flg = self.val, self.flg
-        n = len(flg)
-        live = 0  # occupied slots hold values (codes), never EMPTY
-        for i in range(n):
-            if flg[i] & OCCUPIED:
-                live += 1
-        # Half full. A window that only grows (offline, where nothing is compacted) gets a
-        # third: its rebuilds stay geometric and rarer. Online, compaction rebuilds the index
-        # to the window's size as it goes (see fold._compact).
-        grows = not self.compacted and live * 13 > self.iused * 10
-        size = max(16, (live * 3 if grows else live * 2) + 1)
-        self._empty_index(size, narrow=n < 0xFFFF)
-        self.ibase = self.base
-        none = self.inone
-        # What index_add would do for each live value in turn, inline: the table is fresh (no
-        # tombstones), positions are slot numbers, and it stays under 70% full.
-        used = 0
-        for i in range(n):
-            if not flg[i] & OCCUPIED or val[i] == EMPTY:
-                continue
-            c: int = val[i]
-            h = (c ^ (c >> 29) ^ (c >> 47)) % size
-            while True:
-                p = self._cell(h)
-                if p == none:
-                    self._put(h, i)
-                    used += 1
-                    break
-                if val[p] == c:  # a value held at two offsets keeps its first home
-                    break
-                h += 1
-                if h == size:
-                    h = 0
-        self.iused = used
-
-    def _empty_index(self, size: int, narrow: bool) -> None:
-        if narrow:
-            self.ix16, self.ix32, self.inone = _run16(size, -1), vec[i32](), 0xFFFF
-        else:
-            self.ix16, self.ix32, self.inone = vec[i16](), _run32(size, -1), -1
+        self.index.rebuild(self.val, self.flg, self.base, not self.compacted)
 
     # -- pending absence verdicts ----------------------------------------------------------
     def add_cand(self, deadline: int, off: int, reader: int) -> None:
@@ -794,7 +655,7 @@ class KeyState:
     def tables(self) -> tuple[Any, ...]:
         """The packed tables, in ``TABLES`` order (``atime``, ``index``: the vector in use)."""
         atime = self.at64 if self.exact_time else self.at32
-        index = self.ix16 if self.inone > 0 else self.ix32
+        index = self.index.cells()
         return (self.val, self.flg, self.wref, atime, self.ctime, self.amin, self.bmin, index)
 
     def nbytes(self) -> int:
@@ -814,8 +675,8 @@ class KeyState:
         body = {
             "v": 3,
             "key": self.key,
-            "scalars": tuple(getattr(self, name) for name in _SCALARS),
-            "arrays": (*(_packed(t) for t in self.tables()[:-1]), self._packed_index()),
+            "scalars": tuple(_scalar(self, name) for name in _SCALARS),
+            "arrays": (*(_packed(t) for t in self.tables()[:-1]), self.index.packed()),
             "wide_writers": self.wide_writers,
             "vals": self.vals,
             "loose": {c: rec.row() for c, rec in self.loose.items()},
@@ -835,7 +696,7 @@ class KeyState:
         st = cls(body["key"])
         names = _SCALARS if version == 3 else _SCALARS[:-1]
         for name, v in zip(names, body["scalars"], strict=True):
-            setattr(st, name, v)
+            _set_scalar(st, name, v)
         if version == 2:
             st.twins = 1  # not counted then: assume some, so verdicts scan
         st.wide_writers = body.get("wide_writers", {})  # (version 2: filled by _load_tables)
@@ -872,18 +733,7 @@ class KeyState:
             for i, w in enumerate(wide):
                 if w != -(1 << 63) and self.obase is not None:
                     self.set_writer(i, w + self.obase)
-        code, raw = tables["index"]
-        if code == "H":
-            self.ix16, self.ix32 = vec[i16](memoryview(raw).cast("h")), vec[i32]()
-        else:
-            self.ix16, self.ix32 = vec[i16](), vec[i32](memoryview(raw).cast("i"))
-        self.inone = _NO_SLOT[code]
-
-    def _packed_index(self) -> tuple[str, bytes]:
-        """The index as the arrays before it packed: 16-bit positions are unsigned ("H")."""
-        if self.inone > 0:
-            return "H", bytes(memoryview(self.ix16))
-        return "i", bytes(memoryview(self.ix32))
+        self.index.load(tables["index"])
 
 
 TABLES: Final = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
@@ -891,6 +741,24 @@ TABLES: Final = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index"
 _SCALARS: Final = ("base", "compacted", "ibase", "iused", "frontier", "frontier_op", "late",
                    "unseen_decided", "unseen_from", "max_time", "last_revealed", "obase", "tunit",
                    "tbase", "twins")
+
+
+def _scalar(st: KeyState, name: str) -> Any:
+    """A scalar of the state format by name (``ibase``/``iused``: the value index's)."""
+    if name == "ibase":
+        return st.index.base
+    if name == "iused":
+        return st.index.used
+    return getattr(st, name)
+
+
+def _set_scalar(st: KeyState, name: str, v: Any) -> None:
+    if name == "ibase":
+        st.index.base = v
+    elif name == "iused":
+        st.index.used = v
+    else:
+        setattr(st, name, v)
 
 
 def _packed(table: Any) -> tuple[str, bytes]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kmon.checker.flags import UNSEEN_DONE
 from kmon.checker.sink import Sink
-from kmon.checker.state import INF, UNSEEN_DONE, Consumed, KeyState, Loose
+from kmon.checker.state import INF, Consumed, KeyState, Loose
 
 
 def _waiting(st: KeyState, i: int) -> bool:

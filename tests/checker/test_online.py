@@ -6,8 +6,9 @@ import pickle
 from array import array
 
 from kmon.checker import CheckConfig, Checker
+from kmon.checker.flags import OCCUPIED, READ_OK
 from kmon.checker.realtime_lag import first_ack_after
-from kmon.checker.state import CHUNK, INF, OCCUPIED, READ_OK, TABLES, KeyState
+from kmon.checker.state import CHUNK, INF, TABLES, KeyState
 from kmon.synth import SynthConfig, healthy
 from tests.checker.helpers import check, history, poll, send
 
@@ -47,8 +48,8 @@ def test_compaction_keeps_the_value_index_fitted_to_the_window():
     checker = _run_online(ops, grace=SECOND // 2)
     for st in checker.keys.values():
         held = sum(1 for f in st.flg if f & OCCUPIED)
-        assert st.compacted and st._isize() <= 2 * held + 16, (st._isize(), held)
-        assert st.iused <= held, (st.iused, held)  # no tombstones left behind
+        assert st.compacted and st.index.size() <= 2 * held + 16, (st.index.size(), held)
+        assert st.index.used <= held, (st.index.used, held)  # no tombstones left behind
 
 
 def test_restarts_through_serialized_state_change_nothing():
