@@ -95,7 +95,7 @@ def _apply_sends(
     fresh = wflags | SENT | VER  # an acknowledged value in an untouched slot
     ok = wflags & W_OK
     t, op = fr.time, fr.op
-    u = 0  # t in atime units, computed when first needed (the first call fixes a compact tbase)
+    u = 0  # t in atime units, computed when first needed (the first fixes a compact clock)
     placed = []
     for v, off in fr.sends or []:  # (a list either way: compiled, a loop without an iterator)
         c: int = v if type(v) is int and _DIRECT_MIN <= v <= _DIRECT_MAX else st.code(v)
@@ -196,7 +196,7 @@ def _apply_reads(
             if not f & READ:
                 a = st.ack(i)
                 if a:
-                    a = (a - 1) * st.tunit + (st.tbase or 0)  # st.ns(a), inline
+                    a = st.clock.ns(a)
                     e2e.append((key, t - a if t > a else 0))
             if f & seen != seen:  # (a conflicting read may have set rb without VER)
                 flg[i] = f | seen

@@ -15,12 +15,11 @@ Values known but not held in a slot (a send completed without an offset, or a va
 from its offset by a conflicting one) live in ``loose``, a ``Loose`` record each; reads whose
 writer's outcome is not known yet wait in ``pending_reads`` (``PendingRead``).
 
-Encodings (so an in-flight offset costs about 21 bytes online): ``wref`` holds op indices
-relative to ``obase`` in 32 bits (a writer further away is kept exactly in ``wide_writers``);
-``atime`` (``ack``/``set_ack``) holds ack times in ``tunit`` steps after ``tbase`` --
-nanoseconds in 64 bits offline (``at64``: exact, like Jepsen), but milliseconds in 32 bits in a
-*compact* state (``at32``: online, where a millisecond is plenty); the value index holds 16-bit
-positions while the window is under 64k offsets.
+Encodings (so an in-flight offset costs about 21 bytes online, ``window_codec.py``): ``wref``
+holds writer op indices in 32 bits (``writers``: a ``WriterCodec``); ``atime`` (``ack``/
+``set_ack``) holds times in units of ``clock`` (a ``TimeCodec``): nanoseconds in 64 bits
+offline (``at64``), milliseconds in 32 bits in a *compact* state (``at32``, online); the value
+index (``value_index.py``) holds 16-bit positions while the window is under 64k offsets.
 
 Storage: the per-slot, per-chunk and per-block tables are ``librt.vecs`` vectors (mypyc's
 runtime library), whose elements compiled code reads and writes as plain C integers; an
@@ -62,8 +61,7 @@ from kmon.checker.flags import (
 )
 from kmon.checker.value_index import ValueIndex
 from kmon.checker.values import EMPTY, decode, encode
-
-INF: Final = (1 << 63) - 1
+from kmon.checker.window_codec import INF, NO_WRITER, TimeCodec, WriterCodec
 
 CHUNK_BITS: Final = 8
 CHUNK: Final = 1 << CHUNK_BITS
@@ -210,12 +208,6 @@ class ValueWriter:
             self.rec.mark(flag)
 
 
-_I32_MIN: Final = -(1 << 31)
-_I32_MAX: Final = (1 << 31) - 1
-_NO_WRITER: Final = _I32_MIN  # wref: writer unknown
-_WIDE_WRITER: Final = _I32_MIN + 1  # wref: the writer is in ``wide_writers`` (see set_writer)
-MS: Final = 1_000_000
-HOUR: Final = 3600 * 1_000_000_000
 
 
 def _run64(n: int, fill: int) -> vec[i64]:
@@ -267,6 +259,7 @@ class KeyState:
         "cand_due",
         "cand_offset",
         "cand_reader",
+        "clock",
         "compacted",
         "ctime",
         "flg",
@@ -278,18 +271,15 @@ class KeyState:
         "late",
         "loose",
         "max_time",
-        "obase",
         "pending_reads",
         "procs",
-        "tbase",
-        "tunit",
         "twins",
         "unseen_decided",
         "unseen_from",
         "val",
         "vals",
-        "wide_writers",
         "wref",
+        "writers",
     )
 
     def __init__(self, key: Any, compact: bool = False) -> None:
@@ -298,15 +288,13 @@ class KeyState:
         self.compacted = False
         self.val: vec[i64] = vec[i64]()
         self.flg: vec[i16] = vec[i16]()
-        self.wref: vec[i32] = vec[i32]()  # writer op - obase; _NO_WRITER: unknown
-        self.wide_writers: dict[int, int] = {}  # offset -> writer op, where wref overflowed
-        self.obase: int | None = None
+        self.wref: vec[i32] = vec[i32]()  # writer op, encoded by ``writers``
+        self.writers = WriterCodec()
         # atime (see ``ack``), ack time in units (0: none): exact nanoseconds in 64 bits offline,
         # milliseconds in 32 bits in a compact state. The other vector stays empty.
         self.at32: vec[i32] = vec[i32]()
         self.at64: vec[i64] = vec[i64]()
-        self.tunit = MS if compact else 1
-        self.tbase: int | None = None
+        self.clock = TimeCodec(compact)
         self.ctime: vec[i64] = vec[i64]()  # per chunk: latest event time that touched it
         # per chunk: earliest ack (in atime units) in it (INF: none)
         self.amin: vec[i64] = vec[i64]()
@@ -360,7 +348,7 @@ class KeyState:
         n = ((i >> BLOCK_BITS) + 1 << BLOCK_BITS) - len(self.val)
         self.val = extend(self.val, _run64(n, EMPTY))
         self.flg = extend(self.flg, _run16(n, 0))
-        self.wref = extend(self.wref, _run32(n, _NO_WRITER))
+        self.wref = extend(self.wref, _run32(n, NO_WRITER))
         if self.exact_time:
             self.at64 = extend(self.at64, _run64(n, 0))
         else:
@@ -379,7 +367,7 @@ class KeyState:
         n = self.base - new_base
         self.val = extend(_run64(n, EMPTY), self.val)
         self.flg = extend(_run16(n, 0), self.flg)
-        self.wref = extend(_run32(n, _NO_WRITER), self.wref)
+        self.wref = extend(_run32(n, NO_WRITER), self.wref)
         if self.exact_time:
             self.at64 = extend(_run64(n, 0), self.at64)
         else:
@@ -397,8 +385,7 @@ class KeyState:
         self.ctime, self.amin = self.ctime[chunks:], self.amin[chunks:]
         self.bmin = self.bmin[n >> BLOCK_BITS:]
         self.base += n
-        if self.wide_writers:
-            self.wide_writers = {o: w for o, w in self.wide_writers.items() if o >= self.base}
+        self.writers.forget_below(self.base)
 
     def in_window(self, off: int) -> bool:
         return 0 <= off - self.base < len(self.val)
@@ -487,27 +474,22 @@ class KeyState:
     def clear_crossing(self, i: int) -> None:
         self.flg[i] &= ~GAP_BITS
 
-    # -- ack times and writers ---------------------------------------------------------------
+    # -- ack times and writers (window_codec.py) ------------------------------------------
     def units(self, t: int) -> int:
-        """Ack time ``t`` (ns) in ``atime`` units (always >= 1: 0 means no ack)."""
-        if self.tbase is None:
-            # Offline: exact. Compact: leave an hour of room for acks that arrive out of order.
-            self.tbase = -1 if self.tunit == 1 else t - HOUR
-        u = (t - self.tbase) // self.tunit + 1
-        top = INF if self.exact_time else _I32_MAX
-        return 1 if u < 1 else (top if u > top else u)
+        """Time ``t`` (ns) in ``atime`` units (always >= 1: 0 means none)."""
+        return self.clock.units(t)
 
     def ns(self, units: int) -> int:
-        return (units - 1) * self.tunit + (self.tbase or 0)
+        return self.clock.ns(units)
 
     @property
     def exact_time(self) -> bool:
-        """Offline (not compact): ack times in exact nanoseconds, in ``at64``."""
-        return self.tunit == 1
+        """Offline (not compact): times in exact nanoseconds, in ``at64``."""
+        return self.clock.unit == 1
 
     def ack(self, i: int) -> int:
         """Slot ``i``'s ``atime``: when its offset was first revealed, in units (0: never); in
-        an empty slot a crossing keeps a small int here (``set_small``)."""
+        an empty slot a crossing keeps a small int here (``set_crossing``)."""
         if self.exact_time:  # (statements, not a conditional: its i64/i32 join would box)
             return self.at64[i]
         return self.at32[i]
@@ -546,38 +528,15 @@ class KeyState:
         return self.ns(u) if u > 0 and self.flg[i] & OCCUPIED else -1
 
     def writer(self, i: int) -> int:
-        w: int = self.wref[i]
-        obase = self.obase
-        if obase is None or w == _NO_WRITER:
-            return -1
-        return self.wide_writers[self.base + i] if w == _WIDE_WRITER else w + obase
+        """The op index of slot ``i``'s writer, -1 unknown."""
+        return self.writers.decode(self.wref[i], self.base + i)
 
     def set_writer(self, i: int, op: int) -> None:
-        obase = self.obase
-        if op >= 0 and obase is not None and _WIDE_WRITER < op - obase <= _I32_MAX:
-            self.wref[i] = op - obase
-            return
-        self._set_writer_slow(i, op)
-
-    def _set_writer_slow(self, i: int, op: int) -> None:
-        """``set_writer`` for an unknown writer, the first writer, or a 32-bit overflow (a
-        window whose writers span 2**31 op indices: kept exactly, by offset, on the side)."""
-        if op < 0:
-            self.wref[i] = _NO_WRITER
-            return
-        if self.obase is None:
-            self.obase = op
-        w = op - self.obase
-        if _WIDE_WRITER < w <= _I32_MAX:
-            self.wref[i] = w
-        else:
-            self.wref[i] = _WIDE_WRITER
-            self.wide_writers[self.base + i] = op
+        self.wref[i] = self.writers.encode(op, self.base + i)
 
     def set_small(self, i: int, x: int) -> None:
         """Store a small int (a process, an offset distance) in an empty slot's ``atime``."""
-        lo, hi = (-INF - 1, INF) if self.exact_time else (_I32_MIN, _I32_MAX)
-        self.set_ack(i, x if lo <= x <= hi else -1)
+        self.set_ack(i, self.clock.small(x))
 
     # -- value index ------------------------------------------------------------------------
     def read_ok_at_any_slot(self, code: int) -> bool:
@@ -677,7 +636,7 @@ class KeyState:
             "key": self.key,
             "scalars": tuple(_scalar(self, name) for name in _SCALARS),
             "arrays": (*(_packed(t) for t in self.tables()[:-1]), self.index.packed()),
-            "wide_writers": self.wide_writers,
+            "wide_writers": self.writers.wide,
             "vals": self.vals,
             "loose": {c: rec.row() for c, rec in self.loose.items()},
             "pending_reads": {c: [w.row() for w in ws] for c, ws in self.pending_reads.items()},
@@ -699,7 +658,7 @@ class KeyState:
             _set_scalar(st, name, v)
         if version == 2:
             st.twins = 1  # not counted then: assume some, so verdicts scan
-        st.wide_writers = body.get("wide_writers", {})  # (version 2: filled by _load_tables)
+        st.writers.wide = body.get("wide_writers", {})  # (version 2: filled by _load_tables)
         st._load_tables(dict(zip(TABLES, body["arrays"], strict=True)))
         st.vals = body["vals"]
         st.loose = {c: loose_of(row) for c, row in body["loose"].items()}
@@ -720,7 +679,7 @@ class KeyState:
         self.amin, self.bmin = _vec64(tables["amin"]), _vec64(tables["bmin"])
         code, raw = tables["flg"]
         self.flg = vec[i16](memoryview(raw).cast("h") if code == "h" else _flags_v2(raw))
-        if self.exact_time:  # (tunit, a scalar, is loaded first)
+        if self.exact_time:  # (the clock's unit, a scalar, is loaded first)
             self.at64 = _vec64(tables["atime"])
         else:
             self.at32 = vec[i32](memoryview(tables["atime"][1]).cast("i"))
@@ -729,10 +688,11 @@ class KeyState:
             self.wref = vec[i32](memoryview(raw).cast("i"))
         else:  # version 2 widened a window's writers to 64 bits
             wide = array("q", raw)
-            self.wref = _run32(len(wide), _NO_WRITER)
+            self.wref = _run32(len(wide), NO_WRITER)
+            first = self.writers.base
             for i, w in enumerate(wide):
-                if w != -(1 << 63) and self.obase is not None:
-                    self.set_writer(i, w + self.obase)
+                if w != -(1 << 63) and first is not None:
+                    self.set_writer(i, w + first)
         self.index.load(tables["index"])
 
 
@@ -743,22 +703,23 @@ _SCALARS: Final = ("base", "compacted", "ibase", "iused", "frontier", "frontier_
                    "tbase", "twins")
 
 
+# Scalars of the state format kept by a part of the state: (the part, its field).
+_PART_SCALARS: Final = {"ibase": ("index", "base"), "iused": ("index", "used"),
+                        "obase": ("writers", "base"), "tunit": ("clock", "unit"),
+                        "tbase": ("clock", "base")}
+
+
 def _scalar(st: KeyState, name: str) -> Any:
-    """A scalar of the state format by name (``ibase``/``iused``: the value index's)."""
-    if name == "ibase":
-        return st.index.base
-    if name == "iused":
-        return st.index.used
-    return getattr(st, name)
+    part = _PART_SCALARS.get(name)
+    return getattr(st, name) if part is None else getattr(getattr(st, part[0]), part[1])
 
 
 def _set_scalar(st: KeyState, name: str, v: Any) -> None:
-    if name == "ibase":
-        st.index.base = v
-    elif name == "iused":
-        st.index.used = v
-    else:
+    part = _PART_SCALARS.get(name)
+    if part is None:
         setattr(st, name, v)
+    else:
+        setattr(getattr(st, part[0]), part[1], v)
 
 
 def _packed(table: Any) -> tuple[str, bytes]:

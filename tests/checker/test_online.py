@@ -190,7 +190,7 @@ def test_far_writers_survive_serialization_compaction_and_the_previous_format():
     old = KeyState.from_bytes(pickle.dumps(body))
     assert [old.writer(i) for i in (0, 1, 2, CHUNK)] == [7, 7 + far, -1, 9 + far]
     again.drop_front(CHUNK)
-    assert again.writer(0) == 9 + far and list(again.wide_writers) == [CHUNK]
+    assert again.writer(0) == 9 + far and list(again.writers.wide) == [CHUNK]
 
 
 def test_value_index_finds_values_across_16_bit_positions():
