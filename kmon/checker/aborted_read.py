@@ -19,8 +19,9 @@ from typing import Any
 
 from kmon.checker.anomaly import G1A, PRECOMMITTED_READ
 from kmon.checker.flags import VISIBLE_DONE
+from kmon.checker.records import PendingRead
 from kmon.checker.sink import Sink, TxnFact
-from kmon.checker.state import KeyState, PendingRead, ValueWriter
+from kmon.checker.state import KeyState, ValueWriter
 
 
 def judge_read(

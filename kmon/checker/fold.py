@@ -30,8 +30,9 @@ from kmon.checker.flags import (
     W_OK,
 )
 from kmon.checker.fragment import Fragment
+from kmon.checker.records import ProcPos
 from kmon.checker.sink import Sink
-from kmon.checker.state import CHUNK, CHUNK_BITS, INF, KeyState, ProcPos
+from kmon.checker.state import CHUNK, CHUNK_BITS, INF, KeyState
 from kmon.checker.values import EMPTY, is_direct
 from kmon.checker.version_order import place_read, place_send
 

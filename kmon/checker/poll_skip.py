@@ -38,8 +38,9 @@ from kmon.checker.anomaly import (
     NONMONOTONIC_POLL,
     POLL_SKIP,
 )
+from kmon.checker.records import Crossing
 from kmon.checker.sink import Sink
-from kmon.checker.state import Crossing, KeyState
+from kmon.checker.state import KeyState
 
 
 def crossing(

@@ -22,8 +22,9 @@ from typing import Any
 
 from kmon.checker.anomaly import INT_NONMONOTONIC_SEND, INT_SEND_SKIP, NONMONOTONIC_SEND
 from kmon.checker.poll_skip import count_versions, crossing
+from kmon.checker.records import ProcPos
 from kmon.checker.sink import Sink
-from kmon.checker.state import KeyState, ProcPos
+from kmon.checker.state import KeyState
 
 # (offset, value) of each send of one op to one key whose offset is known, in op order
 Placed = list[tuple[int, Any]]

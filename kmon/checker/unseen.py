@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from kmon.checker.flags import UNSEEN_DONE
+from kmon.checker.records import Loose
 from kmon.checker.sink import Sink
-from kmon.checker.state import INF, Consumed, KeyState, Loose
+from kmon.checker.state import INF, Consumed, KeyState
 
 
 def _waiting(st: KeyState, i: int) -> bool:

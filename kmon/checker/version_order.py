@@ -24,8 +24,9 @@ from kmon.checker.anomaly import DUPLICATE, INCONSISTENT_OFFSETS
 from kmon.checker.flags import GAP, MULTI, OCCUPIED, READ, READ_OK, SENT, VER, W_ANY, W_FAIL, W_OK
 from kmon.checker.fragment import Fragment
 from kmon.checker.poll_skip import skip_from_gap
+from kmon.checker.records import Loose
 from kmon.checker.sink import Sink
-from kmon.checker.state import KeyState, Loose
+from kmon.checker.state import KeyState
 
 _WRITER_BITS: Final = W_ANY | MULTI
 READ_BITS: Final = READ | READ_OK
