@@ -528,7 +528,8 @@ class KeyState:
     def nbytes(self) -> int:
         """Approximate retained bytes: packed arrays plus side tables and their contents."""
         total = self.window_nbytes() + sys.getsizeof(self)
-        for d in (self.vals, self.loose, self.pending_reads, self.procs):
+        total += sum(sys.getsizeof(part) for part in (self.index, self.clock, self.writers))
+        for d in (self.vals, self.loose, self.pending_reads, self.procs, self.writers.wide):
             if d:
                 total += sys.getsizeof(d) + sum(sys.getsizeof(v) for v in d.values())
         cands = (self.cand_due, self.cand_offset, self.cand_reader)

@@ -83,3 +83,18 @@ def test_the_stage_keeps_at_most_max_writers_oldest_forgotten_first() -> None:
     assert not _halves_apart(stage, gap_s=120)  # writer 7 was the oldest of 120
     assert len(stage.txns) <= 51
     assert 1119 in stage.txns and 1001 not in stage.txns
+
+
+def test_invisible_writes_saved_before_the_reader_was_kept_still_report_lost() -> None:
+    # Stage-2 state written before invisible writes carried the reader and the highest read
+    # offset has 4-field rows: their lost-write records name neither.
+    from kmon.checker.torn import TxnState, judge, write_of
+
+    ts = TxnState()
+    ts.visible = [write_of(["a", 1, 10])]
+    ts.invisible = [write_of(["b", 2, 20, "info"])]
+    sink = Sink()
+    judge(7, ts, sink)
+    lost = [a.record for a in sink.anomalies if a.type == "lost-write"]
+    assert lost == [{"key": "b", "value": 2, "offset": 20, "writer": 7}]
+    assert ts.invisible[0].row() == ["b", 2, 20, "info", -1, -1]
