@@ -166,6 +166,8 @@ def _apply_sends(
             placed.append((off, v))
             if i >= 0:
                 lost_write.sent_below_reads(st, i, deadline)
+            if ok and off <= st.frontier:
+                lost_write.loose_sent_below_reads(st, c, deadline)
         if ok and i >= 0 and st.flg[i] & READ:
             sink.e2e.append((st.key, 0))  # a poll saw it before the ack arrived
     if ty == "ok":

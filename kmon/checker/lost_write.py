@@ -63,20 +63,47 @@ def _matters(f: int) -> bool:
 
 
 def reads_reached(st: KeyState, hi: int, reader: int, deadline: int) -> None:
-    """Committed polls have now read offset ``hi``: unconsumed values below it are candidates."""
+    """Committed polls have now read offset ``hi``: unconsumed values below it are candidates.
+
+    From the previous frontier ``lo`` itself: a poll read offset ``lo``, but where two values
+    were acknowledged at one offset (an unclean election) the one it read may not be the
+    one the slot holds, which is passed now."""
     lo = st.frontier
     if hi <= lo:
         return
     st.frontier = hi
     st.frontier_op = reader
     flg, base = st.flg, st.base
-    start = lo + 1 - base if lo + 1 > base else 0
+    start = lo - base if lo > base else 0
     end = hi - base if hi - base < len(flg) else len(flg)
     for i in range(start, end):
         f = flg[i]
         if f & OCCUPIED and not f & _DONE and _matters(f):
             flg[i] = f | CAND
             st.add_cand(deadline, base + i, reader)
+    if st.loose:
+        for code in st.loose:
+            _loose_candidate(st, code, lo, hi, reader, deadline)
+
+
+def _loose_candidate(st: KeyState, code: int, lo: int, hi: int, reader: int,
+                     deadline: int) -> None:
+    """An acknowledged value that lost its offset's slot to a conflicting one (two values at
+    one offset: an unclean election gave the offset again) is judged like the slot's holder:
+    which of the two holds the slot depends on which event arrived first, and a verdict must
+    not (online, the events of different processes arrive in any order)."""
+    rec = st.loose[code]
+    off, f = rec[0], rec[1]
+    if off is not None and lo <= off < hi and not f & _DONE and f & W_OK and f & VER:
+        rec[1] = f | CAND
+        st.add_cand(deadline, off, reader)
+
+
+def loose_sent_below_reads(st: KeyState, code: int, deadline: int) -> None:
+    """An acknowledged send that conflicted with its offset's holder, at or below the readers'
+    frontier (at it: the value the readers read there was another)."""
+    if st.loose and code in st.loose:
+        _loose_candidate(st, code, -1, st.frontier + 1, st.frontier_op, deadline)
 
 
 def sent_below_reads(st: KeyState, i: int, deadline: int) -> None:
@@ -103,6 +130,10 @@ def decide(st: KeyState, watermark: int, sink: Sink) -> None:
 
 def _verdict(st: KeyState, off: int, reader: int, consumed: Consumed, sink: Sink) -> None:
     i = off - st.base
+    if st.loose:
+        _loose_verdicts(st, off, reader, consumed, sink)
+    if not (0 <= i < len(st.flg) and st.flg[i] & CAND):
+        return  # the candidate was a loose value's
     f = st.flg[i]
     st.flg[i] = (f & ~CAND) | DECIDED
     code = st.val[i]
@@ -119,3 +150,20 @@ def _verdict(st: KeyState, off: int, reader: int, consumed: Consumed, sink: Sink
     if f & MULTI:  # part of a multi-write op: the transaction stage judges its atomicity
         sink.facts.append(TxnFact("invisible", writer, st.key, value, off,
                                   FLAG_OUTCOME[f & W_ANY], st.max_time, reader, st.frontier))
+
+
+def _loose_verdicts(st: KeyState, off: int, reader: int, consumed: Consumed,
+                    sink: Sink) -> None:
+    """The pending loose values at ``off`` (see ``_loose_candidate``), decided together: a
+    second candidate at one offset is rare (both values unread where readers passed)."""
+    for code, rec in st.loose.items():
+        f = rec[1]
+        if rec[0] != off or not f & CAND or not (f & W_OK and f & VER):
+            continue  # (a value displaced from a slot may carry the slot's candidacy)
+        rec[1] = (f & ~CAND) | DECIDED
+        home = st.find(code)
+        if f & READ_OK or (home >= 0 and st.flg[home - st.base] & READ_OK) or code in consumed:
+            continue
+        sink.anomaly(LOST_WRITE, {"key": st.key, "value": st.value(code), "offset": off,
+                                  "writer": rec[2], "reader": reader,
+                                  "max-read-offset": st.frontier})

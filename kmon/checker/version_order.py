@@ -25,6 +25,7 @@ from kmon.checker.fragment import Fragment
 from kmon.checker.poll_skip import skip_from_gap
 from kmon.checker.sink import Sink
 from kmon.checker.state import (
+    CAND,
     GAP,
     MULTI,
     OCCUPIED,
@@ -75,7 +76,9 @@ def _fill(st: KeyState, i: int, code: int, flags: int, writer: int, revealed: in
 def _displace(st: KeyState, i: int) -> None:
     """Move the (not yet visible) value out of slot ``i`` so a visible one can take it."""
     revealed = st.revealed_ns(i)
-    st.loose[st.val[i]] = [st.base + i, st.flg[i], st.writer(i), max(revealed, 0), st.max_time]
+    # (a pending absence verdict stays with the slot, for the value that takes it)
+    flags = st.flg[i] & ~CAND
+    st.loose[st.val[i]] = [st.base + i, flags, st.writer(i), max(revealed, 0), st.max_time]
 
 
 def place_read(st: KeyState, off: int, code: int, fr: Fragment, sink: Sink) -> int:
