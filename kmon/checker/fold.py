@@ -304,7 +304,9 @@ def advance(st: KeyState, watermark: int, cfg: FoldConfig, sink: Sink) -> None:
     if cfg.unseen_grace_ns is not None:
         unseen.decide(st, watermark, cfg.unseen_grace_ns, sink)
     if cfg.grace_ns is not None:
-        _compact(st, watermark - cfg.grace_ns, cfg.unseen_grace_ns is not None)
+        horizon = watermark - cfg.grace_ns
+        patience = cfg.unseen_grace_ns
+        _compact(st, horizon, None if patience is None else horizon - UNREAD_KEPT * patience)
 
 
 def finish(st: KeyState, sink: Sink) -> None:
@@ -342,17 +344,28 @@ def next_deadline(st: KeyState) -> int:
     return due
 
 
-def _chunk_settled(st: KeyState, c: int, unseen_decided: bool) -> bool:
+# How long an acknowledged value nobody read is kept after its ``unseen`` verdict, in unseen
+# grace periods: readers that pass it later (a lagging consumer, records deleted under it)
+# make it a ``lost-write``, which needs it still known. A chaos run lost 293 of 761 lost-write
+# verdicts to compaction right after the unseen verdicts; past this, a dead reader costs
+# nothing more.
+UNREAD_KEPT: Final = 10
+
+
+def _chunk_settled(st: KeyState, c: int, unread_horizon: int | None) -> bool:
     flg = st.flg
+    old = unread_horizon is not None and st.ctime[c] <= unread_horizon
     for i in range(c << CHUNK_BITS, (c + 1) << CHUNK_BITS):
         f = flg[i]
-        judged = unseen_decided and f & UNSEEN_DONE
+        judged = old and f & UNSEEN_DONE
         if f & W_OK and f & OCCUPIED and not f & READ_OK and not judged:
             return False  # an acknowledged value nobody consumed: keep it until it is judged
     return True
 
 
-def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
+def _compact(st: KeyState, horizon: int, unread_horizon: int | None) -> None:
+    """Drop the window's settled chunks older than ``horizon``; values acknowledged and never
+    read only once judged unseen and older than ``unread_horizon`` (None: never)."""
     full = len(st.val) >> CHUNK_BITS
     pinned = _pinned_offset(st)
     drop = 0
@@ -360,10 +373,10 @@ def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
         drop < full
         and st.ctime[drop] <= horizon
         and st.base + ((drop + 1) << CHUNK_BITS) <= pinned
-        and _chunk_settled(st, drop, unseen_decided)
+        and _chunk_settled(st, drop, unread_horizon)
     ):
         drop += 1
-    _forget_idle(st, horizon)
+    _forget_idle(st, horizon, unread_horizon)
     if not drop:
         return
     n = drop * CHUNK
@@ -382,14 +395,15 @@ def _compact(st: KeyState, horizon: int, unseen_decided: bool) -> None:
         st.vals = {c: v for c, v in st.vals.items() if c in live}
 
 
-def _forget_idle(st: KeyState, horizon: int) -> None:
+def _forget_idle(st: KeyState, horizon: int, unread_horizon: int | None) -> None:
     """Drop positions of processes idle on this key, and loose records, past the horizon."""
     for p in [p for p, pp in st.procs.items() if pp.time <= horizon]:
         del st.procs[p]
     for c in [c for c, rec in st.loose.items() if rec[4] <= horizon]:
-        f = st.loose[c][1]
+        rec = st.loose[c]
+        f = rec[1]
         if f & W_OK and not f & READ_OK:
-            if not f & UNSEEN_DONE:
-                continue  # acknowledged, unread, not yet judged unseen: keep
+            if not f & UNSEEN_DONE or unread_horizon is None or rec[4] > unread_horizon:
+                continue  # acknowledged, unread, not yet judged unseen or not long ago: keep
             st.unseen_decided += 1
         del st.loose[c]
