@@ -53,20 +53,50 @@ def _candidate(st: KeyState, i: int) -> bool:
 
 def reads_reached(st: KeyState, hi: int, reader: int, committed: bool, deadline: int) -> None:
     """A poll by ``reader`` read up to offset ``hi``. If it committed and went further than any
-    before, values below ``hi`` that nobody consumed become candidates, judged at ``deadline``
-    (only committed polls count: an aborted transaction's reads consumed nothing)."""
+    before, values that nobody consumed become candidates, judged at ``deadline`` (only
+    committed polls count: an aborted transaction's reads consumed nothing).
+
+    From the previous frontier ``lo`` itself: a poll read offset ``lo``, but where two values
+    were acknowledged at one offset (an unclean election) the one it read may not be the
+    one the slot holds, which is passed now."""
     lo = st.frontier
     if not committed or hi <= lo:
         return
     st.frontier = hi
     st.frontier_op = reader
     base = st.base
-    start = lo + 1 - base if lo + 1 > base else 0
+    start = lo - base if lo > base else 0
     end = hi - base if hi - base < len(st.flg) else len(st.flg)
     for i in range(start, end):
         if st.occupied(i) and _candidate(st, i):
             st.mark(i, CAND)
             st.add_cand(deadline, base + i, reader)
+    if st.loose:
+        for code in st.loose:
+            _loose_candidate(st, code, lo, hi, reader, deadline)
+
+
+def _loose_candidate(st: KeyState, code: int, lo: int, hi: int, reader: int,
+                     deadline: int) -> None:
+    """An acknowledged value that lost its offset's slot to a conflicting one (two values at
+    one offset: an unclean election gave the offset again) is judged like the slot's holder:
+    which of the two holds the slot depends on which event arrived first, and a verdict must
+    not (online, the events of different processes arrive in any order)."""
+    rec = st.loose[code]
+    off = rec.offset
+    if (off is not None and lo <= off < hi and not rec.consumed()
+            and not rec.marked(CAND | DECIDED) and rec.acked() and rec.in_version_order()):
+        rec.mark(CAND)
+        st.add_cand(deadline, off, reader)
+
+
+def loose_sent_below_reads(st: KeyState, code: int, off: int, acked: bool,
+                           deadline: int) -> None:
+    """A send of ``code`` completed at ``off``: if it was acknowledged, conflicted with the
+    offset's holder (it is loose) and lies at or below the readers' frontier (at it: the
+    value the readers read there was another), a candidate at once."""
+    if acked and off <= st.frontier and st.loose and code in st.loose:
+        _loose_candidate(st, code, -1, st.frontier + 1, st.frontier_op, deadline)
 
 
 def sent_below_reads(st: KeyState, i: int, deadline: int) -> None:
@@ -97,6 +127,10 @@ def decide(st: KeyState, watermark: int, sink: Sink) -> None:
 
 def _verdict(st: KeyState, off: int, reader: int, consumed: Consumed, sink: Sink) -> None:
     i = off - st.base
+    if st.loose:
+        _loose_verdicts(st, off, reader, consumed, sink)
+    if not (0 <= i < len(st.flg) and st.marked(i, CAND)):
+        return  # the candidate was a loose value's
     st.decided(i)
     code = st.val[i]
     home = st.find(code)
@@ -121,3 +155,18 @@ def report(sink: Sink, key: Any, value: Any, offset: int | None, writer: int, re
     if reader >= 0:
         record["reader"], record["max-read-offset"] = reader, max_read
     sink.anomaly(LOST_WRITE, record)
+
+
+def _loose_verdicts(st: KeyState, off: int, reader: int, consumed: Consumed,
+                    sink: Sink) -> None:
+    """The pending loose values at ``off`` (see ``_loose_candidate``), decided together: a
+    second candidate at one offset is rare (both values unread where readers passed)."""
+    for code, rec in st.loose.items():
+        if rec.offset != off or not rec.marked(CAND) or not (rec.acked()
+                                                              and rec.in_version_order()):
+            continue  # (a value displaced from a slot may carry the slot's candidacy)
+        rec.decided()
+        home = st.find(code)
+        if rec.consumed() or (home >= 0 and st.consumed(home - st.base)) or code in consumed:
+            continue
+        report(sink, st.key, st.value(code), off, rec.writer, reader, st.frontier)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kmon.checker.flags import READ_OK, W_OK
+from kmon.checker.flags import CAND, DECIDED, READ_OK, VER, W_OK
 
 # ProcPos's fields, named once for its slots and its serialized form (compiled classes do not
 # expose ``__slots__``).
@@ -58,6 +58,14 @@ class Loose:
     def mark(self, flag: int) -> None:
         """Record a detector's bookkeeping flag (``KeyState.mark``)."""
         self.flags |= flag
+
+    def in_version_order(self) -> bool:
+        """A poll read it at ``offset``, or an ok send's ack named it."""
+        return bool(self.flags & VER)
+
+    def decided(self) -> None:
+        """Its absence verdict was given (``lost_write``)."""
+        self.flags = (self.flags & ~CAND) | DECIDED
 
     def marked(self, flag: int) -> bool:
         return bool(self.flags & flag)

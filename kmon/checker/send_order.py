@@ -70,6 +70,12 @@ def between_ops(
 
 
 def in_version_order(st: KeyState, off: int, v: Any) -> bool:
-    """Is ``v`` in the version order at ``off`` (read there, or an ok send's ack)?"""
+    """Is ``v`` in the version order at ``off`` (read there, or an ok send's ack)? Held in
+    the slot, or beside it as a loose record when another value took the offset's slot first
+    (which one did depends on the order events arrived in)."""
     i = off - st.base
-    return 0 <= i < len(st.flg) and st.in_version_order(i) and st.val[i] == st.code(v)
+    code = st.code(v)
+    if 0 <= i < len(st.flg) and st.in_version_order(i) and st.val[i] == code:
+        return True
+    rec = st.loose.get(code) if st.loose else None
+    return rec is not None and rec.offset == off and rec.in_version_order()

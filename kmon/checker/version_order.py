@@ -21,7 +21,19 @@ from __future__ import annotations
 from typing import Final
 
 from kmon.checker.anomaly import DUPLICATE, INCONSISTENT_OFFSETS
-from kmon.checker.flags import GAP, MULTI, OCCUPIED, READ, READ_OK, SENT, VER, W_ANY, W_FAIL, W_OK
+from kmon.checker.flags import (
+    CAND,
+    GAP,
+    MULTI,
+    OCCUPIED,
+    READ,
+    READ_OK,
+    SENT,
+    VER,
+    W_ANY,
+    W_FAIL,
+    W_OK,
+)
 from kmon.checker.fragment import Fragment
 from kmon.checker.poll_skip import skip_from_gap
 from kmon.checker.records import Loose
@@ -65,7 +77,8 @@ def _fill(st: KeyState, i: int, code: int, flags: int, writer: int, revealed: in
 def _displace(st: KeyState, i: int) -> None:
     """Move the (not yet visible) value out of slot ``i`` so a visible one can take it."""
     revealed = st.revealed_ns(i)
-    st.loose[st.val[i]] = Loose(st.base + i, st.flg[i], st.writer(i), max(revealed, 0),
+    # (a pending absence verdict stays with the slot, for the value that takes it)
+    st.loose[st.val[i]] = Loose(st.base + i, st.flg[i] & ~CAND, st.writer(i), max(revealed, 0),
                                 st.max_time)
 
 

@@ -421,39 +421,76 @@ def events_by_probe(bootstrap: str, topic: str) -> EventsRead:
     return EventsRead(ops, dict(copies), len(msgs))
 
 
-def settle(chaos: Chaos, records: int) -> None:
-    """Wait until the monitor read ``records`` events, then move its watermark past every
-    grace period with clock ticks (twice: stage 2 decides on what stage 1's decisions sent)."""
+def settle(chaos: Chaos) -> None:
+    """Wait until the monitor committed every event now in its topic, then move its watermark
+    past every grace period with clock ticks (twice: stage 2 decides on what stage 1's
+    decisions sent)."""
     from confluent_kafka import Producer
 
     from kmon.streaming import replay
 
     timeout = chaos.settings.settle_timeout
     for round_ in range(3):
-        _wait_events(chaos, records, timeout)
+        _wait_committed(chaos, end_offsets(chaos.cluster.bootstrap, chaos.monitor.events_topic),
+                        timeout)
         if round_ == 2:
             break
         time.sleep(5 + 10 + 2)  # watermark delay + grace + two triggers (MONITOR_TIMING)
         producer = Producer({"bootstrap.servers": chaos.cluster.bootstrap})
         try:
-            records += replay.produce(producer, chaos.monitor.events_topic,
-                                      [replay.clock_tick(time.time_ns(), "chaos-clock")])
+            replay.produce(producer, chaos.monitor.events_topic,
+                           [replay.clock_tick(time.time_ns(), "chaos-clock")])
         finally:
             producer.close()
     time.sleep(6)  # the last micro-batches' outputs
 
 
-def _wait_events(chaos: Chaos, n: int, timeout: float) -> None:
-    monitor = chaos.monitor
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's high watermark."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in parts}
+    finally:
+        c.close()
+
+
+def committed_offsets(checkpoint: Path) -> dict[int, int]:
+    """The events offsets up to which the monitor's stage 1 committed a batch (partition ->
+    next offset), from its checkpoint: the newest batch in ``commits/`` and its line per
+    source in ``offsets/``.
+
+    Read from the checkpoint, not from ``kmon_monitor_events_total``: that counter is fed by
+    progress reports, and a driver SIGKILLed between a batch's commit and its report never
+    counts that batch (a restarted monitor goes on from the next one)."""
+    keys = checkpoint / "keys"
+    commits = [int(p.name) for p in (keys / "commits").glob("[0-9]*") if p.name.isdigit()]
+    if not commits:
+        return {}
+    lines = (keys / "offsets" / str(max(commits))).read_text().splitlines()[2:]
+    out: dict[int, int] = {}
+    for line in filter(str.strip, lines):
+        for parts in json.loads(line).values():
+            out.update({int(p): int(o) for p, o in parts.items()})
+    return out
+
+
+def _wait_committed(chaos: Chaos, ends: dict[int, int], timeout: float) -> None:
+    checkpoint = chaos.monitor.workdir / "checkpoint"
     deadline = time.monotonic() + timeout
     while True:
         chaos.check_monitor()  # one that died meanwhile is a crash; the verdicts need it back
-        m = monitor.metrics() or {}
-        if m.get("kmon_monitor_events_total", 0) >= n:
+        done = committed_offsets(checkpoint)
+        if all(done.get(p, 0) >= end for p, end in ends.items()):
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the monitor read {m.get('kmon_monitor_events_total')} of {n} "
-                               f"events in {timeout:.0f}s")
+            m = chaos.monitor.metrics() or {}
+            raise TimeoutError(f"the monitor committed events offsets {done} of {ends} in "
+                               f"{timeout:.0f}s (kmon_monitor_events_total "
+                               f"{m.get('kmon_monitor_events_total')})")
         time.sleep(2)
 
 
@@ -538,7 +575,7 @@ def finish(chaos: Chaos) -> ChaosResult:
     """Stop the probes (final reads), let the monitor decide everything, judge."""
     chaos.stop_probes()
     read = events_by_probe(chaos.cluster.bootstrap, chaos.monitor.events_topic)
-    settle(chaos, read.records)
+    settle(chaos)
     chaos.watch.stop_event.set()
     reported = monitor_counts(chaos.cluster.bootstrap, chaos.monitor.anomalies_topic)
     code = chaos.monitor.stop()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pytest
 
@@ -31,23 +31,24 @@ if TYPE_CHECKING:
     from kmon.nemesis.runner import Nemesis
 
 
+class _Proxy(Protocol):
+    def up(self) -> object: ...
+    def is_up(self) -> bool: ...
+    def reset(self) -> object: ...
+    def down(self) -> object: ...
+
+
+P = TypeVar("P", bound=_Proxy)
+
+
 @pytest.fixture(scope="session")
 def toxiproxy(local_cluster: LocalCluster) -> Iterator[LocalToxiproxy]:
     from kmon.local.toxiproxy import LocalToxiproxy, find_binary
 
     proxy = LocalToxiproxy(home=local_cluster.home, port_base=local_cluster.ports.base,
                            cache=local_cluster.cache)
-    if find_binary(proxy.cache) is None:
-        # An error, not a skip: the set-up installs it, and a skip here turned every fault
-        # test and the whole detection matrix green on a machine without it.
-        pytest.fail("toxiproxy-server not installed: run `make setup` (kmon nemesis "
-                    "install-tools)", pytrace=False)
-    proxy.up()
-    yield proxy
-    if proxy.is_up():
-        proxy.reset()
-        if os.environ.get("KMON_KEEP_CLUSTER") != "1":
-            proxy.down()
+    yield from _session_proxy(proxy, find_binary(proxy.cache) is not None,
+                              "toxiproxy-server not installed")
 
 
 @pytest.fixture(scope="session")
@@ -56,10 +57,17 @@ def kafka_proxy(local_cluster: LocalCluster) -> Iterator[LocalKafkaProxy]:
     from kmon.nemesis.protocol import kafka_proxy_of
 
     proxy = kafka_proxy_of(local_cluster)
-    if find_dist(proxy.cache) is None:
-        # An error, not a skip, as for toxiproxy-server: the set-up builds it.
-        pytest.fail("the Kafka protocol proxy is not built: run `make setup` (kmon nemesis "
-                    "install-tools)", pytrace=False)
+    yield from _session_proxy(proxy, find_dist(proxy.cache) is not None,
+                              "the Kafka protocol proxy is not built")
+
+
+def _session_proxy(proxy: P, installed: bool, missing: str) -> Iterator[P]:
+    """Start ``proxy`` for the session; reset (and stop, unless ``KMON_KEEP_CLUSTER=1``) at
+    the end. Not installed is an error, not a skip: the set-up installs both proxies, and a
+    skip here turned every fault test and the whole detection matrix green on a machine
+    without them."""
+    if not installed:
+        pytest.fail(f"{missing}: run `make setup` (kmon nemesis install-tools)", pytrace=False)
     proxy.up()
     yield proxy
     if proxy.is_up():

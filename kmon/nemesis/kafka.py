@@ -8,6 +8,7 @@ admin request here goes to one broker the caller names as running.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -111,6 +112,14 @@ def set_topic_configs(admin: AdminClient, topic: str, values: dict[str, str | No
 _MOVING = ("UNKNOWN_LEADER_EPOCH", "FENCED_LEADER_EPOCH", "NOT_LEADER", "LEADER_NOT_AVAILABLE")
 
 
+def _refresh_metadata(admin: AdminClient, topic: str) -> None:
+    """Ask for the topic's metadata: the client retried ListOffsets with the leader epoch it
+    had cached and got FENCED_LEADER_EPOCH for 15 s on end (kmon nemesis chaos, after a
+    leader's crash and restart); a metadata answer brings the new epoch."""
+    with contextlib.suppress(KafkaException):
+        admin.list_topics(topic, timeout=5)
+
+
 def high_watermark(admin: AdminClient, topic: str, partition: int) -> int:
     """The partition's high watermark, asked again while the answer is not an offset yet
     (a leader just elected answers -1001 for a moment) or leadership is moving (kmon nemesis
@@ -125,6 +134,7 @@ def high_watermark(admin: AdminClient, topic: str, partition: int) -> int:
         except KafkaException as exc:
             if not any(m in str(exc) for m in _MOVING) or time.monotonic() >= deadline:
                 raise FaultError(f"ListOffsets {topic}/{partition}: {exc}") from None
+            _refresh_metadata(admin, topic)
             offset = -1
         if offset >= 0:
             return offset

@@ -79,7 +79,6 @@ class RowResult:
     seconds: float = 0.0
     history: Path | None = None
     error: str = ""  # the row could not run: why
-    attempt: int = 1  # 2: the first attempt's probe process crashed (``probe_deaths``)
 
     @property
     def passed(self) -> bool:
@@ -189,11 +188,9 @@ class Matrix:
 
     # -- rows -----------------------------------------------------------------------------
 
-    def _row(self, s: Scenario, attempt: int = 1) -> RowResult:
+    def _row(self, s: Scenario) -> RowResult:
         r = RowResult(s.name, s.origin, s.preset, s.note, s.must, s.any_of, forbidden_types(s))
-        # A rerun gets topics of its own: the first attempt's verdicts are not its.
-        r.prefix = f"kmon-mx-{self.tag}-{s.name}" + (f"-r{attempt}" if attempt > 1 else "")
-        r.attempt = attempt
+        r.prefix = f"kmon-mx-{self.tag}-{s.name}"
         self.results[s.name] = r
         return r
 
@@ -230,51 +227,41 @@ class Matrix:
         log.info("row %s: probe summary %s", r.name, json.dumps(summary))
 
     def run_quiet(self, scenarios: Sequence[Scenario]) -> None:
-        """Rows without a fault, all at once (their probes do not disturb each other); a row
-        whose probe process crashed runs once more."""
-        died = self._run_quiet(scenarios, attempt=1)
-        if died:
-            self._run_quiet(died, attempt=2)
-
-    def _run_quiet(self, scenarios: Sequence[Scenario], attempt: int) -> list[Scenario]:
+        """Rows without a fault, all at once (their probes do not disturb each other). A row
+        whose probe process crashed fails: never run again, since a rerun would hide a crash
+        an operator's probe would hit too."""
         started = time.monotonic()
         running = []
         for s in scenarios:
-            r = self._row(s, attempt)
-            running.append((s, r, self._probe(s, r)))
+            r = self._row(s)
+            running.append((r, self._probe(s, r)))
         hold = max(self._duration(s) for s in scenarios) + self.settings.warmup
         time.sleep(hold + self.settings.run_on)
-        died = []
-        for s, r, probe in running:
+        for r, probe in running:
             try:
                 self._finish_probe(r, probe, started)
             except ProbeDied as exc:
                 self._probe_died(r, exc)
-                died.append(s)
-        return died
 
     def run_fault(self, s: Scenario) -> None:
         """A row with a fault: probe, warm-up, fault held and undone, run on, final read.
         A fault that fails marks its row failed (``error``); the cluster is healed and the
-        next rows still run. A row whose probe process crashed runs once more."""
-        for attempt in (1, 2):
-            r = self._row(s, attempt)
-            try:
-                self._run_fault(s, r)
-                return
-            except ProbeDied as exc:
-                self._probe_died(r, exc)
-                self.nemesis.heal()
-            except Exception as exc:
-                log.exception("row %s", s.name)
-                r.error = f"{type(exc).__name__}: {exc}"
-                self.nemesis.heal()
-                return
+        next rows still run. A row whose probe process crashed fails too (no rerun)."""
+        r = self._row(s)
+        try:
+            self._run_fault(s, r)
+        except ProbeDied as exc:
+            self._probe_died(r, exc)
+            self.nemesis.heal()
+        except Exception as exc:
+            log.exception("row %s", s.name)
+            r.error = f"{type(exc).__name__}: {exc}"
+            self.nemesis.heal()
 
     def _probe_died(self, r: RowResult, exc: ProbeDied) -> None:
-        log.warning("row %s (attempt %d): %s", r.name, r.attempt, exc)
-        self.probe_deaths.append(f"{r.name} attempt {r.attempt}: {exc}")
-        r.error = f"the probe's process crashed twice: {exc}"
+        log.warning("row %s: %s", r.name, exc)
+        self.probe_deaths.append(f"{r.name}: {exc}")
+        r.error = f"the probe's process crashed: {exc}"
 
     def _run_fault(self, s: Scenario, r: RowResult) -> None:
         assert s.make_fault is not None

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 
 from kmon.env import SettingError
 from kmon.nemesis.chaos import LOSSY_KINDS, SAFE_KINDS, ChaosSettings, plan
-from kmon.nemesis.chaos_run import ProbeSlot, _judge_slot, _serious
+from kmon.nemesis.chaos_run import ProbeSlot, _judge_slot, _serious, committed_offsets
 
 
 def test_the_same_seed_plays_the_same_schedule() -> None:
@@ -52,3 +54,23 @@ def test_a_lossy_probe_must_have_every_proven_loss_reported() -> None:
     assert _judge_slot(slot, {"y.a": {"lost-write": 5}}, {"y.a": {"lost-write": 5}}) == []
     assert _judge_slot(slot, {"y.a": {"lost-write": 4}}, {"y.a": {"lost-write": 5}}) == [
         "lagging: the monitor reported 4 lost-write, kmon check finds 5"]
+
+
+def _batch(keys: Path, batch: int, offsets: dict[int, int], committed: bool) -> None:
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}'
+    sources = [json.dumps({"kmon-events": {str(p): o}}) for p, o in offsets.items()]
+    (keys / "offsets" / str(batch)).write_text("\n".join(["v1", meta, *sources]))
+    if committed:
+        (keys / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def test_committed_offsets_are_the_newest_committed_batchs(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    (keys / "offsets").mkdir(parents=True)
+    (keys / "commits").mkdir()
+    assert committed_offsets(tmp_path) == {}
+    _batch(keys, 9, {0: 10, 1: 12}, committed=True)
+    _batch(keys, 10, {0: 20, 1: 15}, committed=True)
+    _batch(keys, 11, {0: 30, 1: 31}, committed=False)  # planned, not yet committed
+    (keys / "commits" / ".10.crc").write_text("")
+    assert committed_offsets(tmp_path) == {0: 20, 1: 15}
