@@ -1,11 +1,11 @@
 """Per-key state: the in-flight window of one topic-partition's log, in packed vectors.
 
 Slot ``i`` describes offset ``base + i``. For an occupied slot, ``val`` holds the value's code
-(see ``values.py``), ``wref`` the writer op's index (-1 unknown), ``atime`` the time the writer's
-``ok`` completion acknowledged it (0 if none) and ``flg`` what we know (flags below). An empty
-slot that some op read or sent across keeps that crossing in the same arrays (``val`` = the
-first op, or for a crossing within one op the offset it started from; ``wref`` = the second op;
-``atime`` = the process) so a value arriving there later proves a skip.
+(see ``values.py``), ``wref`` the writer op's index (-1 unknown), ``atime`` when it was revealed
+(below) and ``flg`` what we know (``flags.py``). An empty slot that some op read or sent across
+keeps that crossing (a ``Crossing``: ``crossing``/``set_crossing``) in the same arrays, so a
+value arriving there later proves a skip. Detectors ask the state by intention (``consumed``,
+``acked_unread``, ``outcome``, ``writer_of``, ``crossing``...) and never read the bits.
 
 ``atime`` of an occupied slot is when the offset was first *revealed*: the earliest completion of
 an ok or info op that sent or read it (Jepsen's realtime-lag model: from then on, lower offsets
