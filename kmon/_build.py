@@ -18,10 +18,11 @@ _STAMP = "_build_stamp.py"
 
 # Compiled beside the checker core, named one by one: the op model, whose fields the checker
 # reads for every op (an interpreted object's attribute cost about 165 instructions from
-# compiled code; a compiled one's is a load), and the monitor's op-event reader, its hot path.
+# compiled code; a compiled one's is a load), and the monitor's two hot loops: the op-event
+# reader and the per-fragment loop over the fold (foldrun, monitor code kept out of the core).
 # (Only modules under kmon/ can be listed: mypyc names a module by its path, and streaming/ is
 # kmon.streaming only once installed.)
-ALSO_COMPILED = ("history/model.py", "history/events.py")
+ALSO_COMPILED = ("history/model.py", "history/events.py", "foldrun.py")
 
 
 def compiled_sources(kmon_dir: Path = KMON_DIR) -> list[Path]:

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kmon import foldrun
 from kmon.checker import fold, lost_write, unseen
 from kmon.checker.fold import FoldConfig
 from kmon.checker.fragment import Fragment
@@ -150,7 +151,7 @@ class KeyFold:
         errors: list[tuple[Fragment, Exception]] = []
         i = 0
         while i < len(frags):
-            i = _apply_run(self.st, frags, i, cfg, sink, self.lags, e2e, errors)
+            i = foldrun.apply_run(self.st, frags, i, cfg, sink, self.lags, e2e, errors)
             for bad, exc in errors:  # a bug or an unforeseen shape: dead-letter, go on
                 out.append(self._fold_error(bad, exc))
             errors.clear()
@@ -315,39 +316,6 @@ def timer_to_keep(old_ms: int | None, new_ms: int | None, watermark_ns: int) -> 
     if old_ms is not None and new_ms is not None and watermark_ns // 1_000_000 < old_ms <= new_ms:
         return old_ms
     return new_ms
-
-
-def _apply_run(st: KeyState, frags: list[Fragment], start: int, cfg: FoldConfig, sink: Sink,
-               lags: dict[Any, tuple[int, int]], e2e: list[int],
-               errors: list[tuple[Fragment, Exception]]) -> int:
-    """``fold.apply`` ``frags[start:]`` in order, keeping each process's latest realtime lag
-    sample in ``lags`` (process -> (invoke time, lag)) and the first-read delays in ``e2e``.
-    Stops after a fragment that raised (appended to ``errors``) or left anomalies, unseen
-    values or facts in ``sink`` for the caller to drain with that fragment's time; returns the
-    index after it (``len(frags)`` when all are applied)."""
-    i = start
-    n = len(frags)
-    while i < n:
-        fr = frags[i]
-        i += 1
-        failed = False
-        try:
-            fold.apply(st, fr, cfg, sink)
-        except Exception as exc:  # the caller dead-letters it; the other fragments still fold
-            errors.append((fr, exc))
-            failed = True
-        if sink.lags:
-            for invoke_time, process, _key, lag in sink.lags:
-                prev = lags.get(process)
-                if prev is None or invoke_time >= prev[0]:
-                    lags[process] = (invoke_time, lag)
-            sink.lags.clear()
-        if sink.e2e:
-            e2e.extend(d for _v, d in sink.e2e)
-            sink.e2e.clear()
-        if failed or sink.anomalies or sink.unseen or sink.facts:
-            return i
-    return n
 
 
 def _op_index(fr: Fragment) -> int:
