@@ -21,7 +21,7 @@ setup: $(INSTALLED)
 	$(BIN)/kmon dashboards install-tools
 	$(BIN)/kmon nemesis install-tools
 
-$(INSTALLED): pyproject.toml setup.py kmon/_build.py $(wildcard kmon/checker/*.py) kmon/history/model.py kmon/history/events.py kmon/foldrun.py
+$(INSTALLED): pyproject.toml setup.py kmon/_build.py $(wildcard kmon/checker/*.py) kmon/history/model.py kmon/history/fragment.py kmon/history/events.py kmon/foldrun.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $@

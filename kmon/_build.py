@@ -18,11 +18,12 @@ _STAMP = "_build_stamp.py"
 
 # Compiled beside the checker core, named one by one: the op model, whose fields the checker
 # reads for every op (an interpreted object's attribute cost about 165 instructions from
-# compiled code; a compiled one's is a load), and the monitor's two hot loops: the op-event
+# compiled code; a compiled one's is a load), op splitting (the checker's input, made by the
+# offline checker and the op-event reader alike), and the monitor's two hot loops: the op-event
 # reader and the per-fragment loop over the fold (foldrun, monitor code kept out of the core).
 # (Only modules under kmon/ can be listed: mypyc names a module by its path, and streaming/ is
 # kmon.streaming only once installed.)
-ALSO_COMPILED = ("history/model.py", "history/events.py", "foldrun.py")
+ALSO_COMPILED = ("history/model.py", "history/fragment.py", "history/events.py", "foldrun.py")
 
 
 def compiled_sources(kmon_dir: Path = KMON_DIR) -> list[Path]:

@@ -14,9 +14,9 @@ from typing import Any
 
 from kmon.checker import fold
 from kmon.checker.fold import FoldConfig
-from kmon.checker.fragment import Fragment
 from kmon.checker.sink import Sink
 from kmon.checker.state import KeyState
+from kmon.history.fragment import Fragment
 
 
 def apply_run(st: KeyState, frags: list[Fragment], start: int, cfg: FoldConfig, sink: Sink,

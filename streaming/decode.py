@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from kmon.checker.fragment import Fragment, FragmentRow, from_row, to_row
 from kmon.history import avro, events
 from kmon.history.events import (  # noqa: F401  (the dead-letter reasons, named here too)
     FOLD_ERROR,
@@ -47,6 +46,7 @@ from kmon.history.events import (  # noqa: F401  (the dead-letter reasons, named
     UNKNOWN_VERSION,
     VERSION_MISMATCH,
 )
+from kmon.history.fragment import Fragment, FragmentRow, from_row, to_row
 from kmon.streaming import collector
 
 if TYPE_CHECKING:

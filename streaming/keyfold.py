@@ -33,9 +33,9 @@ from typing import Any
 from kmon import foldrun
 from kmon.checker import fold, lost_write, unseen
 from kmon.checker.fold import FoldConfig
-from kmon.checker.fragment import Fragment
 from kmon.checker.sink import Sink
 from kmon.checker.state import INF, KeyState
+from kmon.history.fragment import Fragment
 from kmon.streaming import evidence as ev
 
 # Output row kinds.

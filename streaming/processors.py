@@ -42,7 +42,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from kmon.checker.fragment import Fragment
+from kmon.history.fragment import Fragment
 from kmon.streaming import collector, decode
 from kmon.streaming import evidence as ev
 from kmon.streaming.config import TXN_BUCKETS

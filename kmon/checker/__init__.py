@@ -12,9 +12,9 @@ Data model (after Jepsen's ``jepsen.tests.kafka``)
 - Values are unique per key; keys and values are opaque ints or strings.
 - Ops (``kmon.history.model.Op``) are ``send``/``poll``/``txn`` (micro-ops), ``assign``/
   ``subscribe`` (keys) and ``crash``, each an invoke followed by ok / fail / info.
-- An op is split into per-key *fragments* (``fragment.split``); each key folds its fragments
-  into a ``KeyState`` (``fold.apply``); multi-write ops' per-key facts fold per writer in the
-  ``TxnStage``; cycles are searched over the whole dependency graph offline.
+- An op is split into per-key *fragments* (``kmon.history.fragment.split``); each key folds
+  its fragments into a ``KeyState`` (``fold.apply``); multi-write ops' per-key facts fold per
+  writer in the ``TxnStage``; cycles are searched over the whole dependency graph offline.
 
 Analyses, in the order the fold applies them
 --------------------------------------------
@@ -41,12 +41,12 @@ A history with no send, poll or txn op is invalid, not vacuously valid.
 from kmon.checker.anomaly import ANOMALY_TYPES, Anomaly
 from kmon.checker.checker import CheckConfig, Checker
 from kmon.checker.fold import FoldConfig
-from kmon.checker.fragment import Fragment, split
 from kmon.checker.policy import allowed_anomalies
 from kmon.checker.report import Report
 from kmon.checker.sink import Sink, TxnFact
 from kmon.checker.state import KeyState
 from kmon.checker.torn import TxnStage
+from kmon.history.fragment import Fragment, split
 
 __all__ = [
     "ANOMALY_TYPES",

@@ -20,7 +20,6 @@ from kmon.checker.anomaly import (
     Anomaly,
 )
 from kmon.checker.cycles import Graph, add_edge, find_cycles
-from kmon.checker.fragment import Fragment, split_fields
 from kmon.checker.policy import allowed_anomalies, invalidating
 from kmon.checker.poll_skip import count_versions
 from kmon.checker.report import Report, merge_anomalies
@@ -30,6 +29,7 @@ from kmon.checker.state import KeyState
 from kmon.checker.torn import TxnStage
 from kmon.checker.unseen import unseen_values
 from kmon.checker.values import EMPTY
+from kmon.history.fragment import Fragment, split_fields
 from kmon.history.model import MOP_FS, OP_FS, TICK_PROCESS, Op
 
 # Final copies of the op model's constants: compiled code reads these directly, where a name

@@ -29,12 +29,12 @@ from kmon.checker.flags import (
     W_INFO,
     W_OK,
 )
-from kmon.checker.fragment import Fragment
 from kmon.checker.records import ProcPos
 from kmon.checker.sink import Sink
 from kmon.checker.state import CHUNK, CHUNK_BITS, INF, KeyState
 from kmon.checker.values import EMPTY, is_direct
 from kmon.checker.version_order import place_read, place_send
+from kmon.history.fragment import Fragment
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,11 +34,11 @@ from kmon.checker.flags import (
     W_FAIL,
     W_OK,
 )
-from kmon.checker.fragment import Fragment
 from kmon.checker.poll_skip import skip_from_gap
 from kmon.checker.records import Loose
 from kmon.checker.sink import Sink
 from kmon.checker.state import KeyState
+from kmon.history.fragment import Fragment
 
 _WRITER_BITS: Final = W_ANY | MULTI
 READ_BITS: Final = READ | READ_OK

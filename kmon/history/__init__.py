@@ -2,7 +2,10 @@
 
 Everything else in kmon speaks ``Op``; see ``model`` for the data model and ``wire`` for the
 JSON/EDN field names, op shapes and the key-typing rule. ``kmon.history.edn.iter_edn`` streams
-Jepsen's EDN (imported on use: its parser is slow to import).
+Jepsen's EDN (imported on use: its parser is slow to import). ``fragment`` splits an op into
+what it did to each key, the checker's input, and ``events`` reads the monitor's op events
+straight into those fragments. Nothing here imports the checker: ``kmon.checker`` builds on
+this package, never the reverse.
 """
 
 from kmon.history.errors import HistoryError

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Final, final
 
-from kmon.checker.fragment import Fragment, split_fields
 from kmon.history import avro
+from kmon.history.fragment import Fragment, split_fields
 from kmon.history.model import Op, Rebalance
 
 # Dead-letter reasons: the ``reason`` label of ``kmon_dead_letters_total``.

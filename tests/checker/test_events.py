@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kmon.checker.fragment import split, to_row
 from kmon.history import avro, events
 from kmon.history.events import EventError, Placement, read_event, split_batch
+from kmon.history.fragment import split, to_row
 from kmon.history.model import KeyPlacement, Op, OpMeta, Rebalance
 from kmon.streaming import decode
 from kmon.synth import SynthConfig, healthy

@@ -260,7 +260,7 @@ def test_the_reading_step_makes_the_checkers_fragments(spark: Any) -> None:
     reader in ``mapInArrow``, fragments pickled per key): exactly ``split``'s fragments."""
     import datetime
 
-    from kmon.checker.fragment import split, to_row
+    from kmon.history.fragment import split, to_row
     from kmon.history.model import KeyPlacement, Rebalance
     from kmon.streaming.decode import unpack_fragments
 

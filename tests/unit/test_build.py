@@ -78,6 +78,7 @@ def test_the_modules_listed_beside_the_checker_run_compiled() -> None:
     # not the core's): the explicit list in kmon/_build.py must still compile them.
     import kmon.foldrun
     import kmon.history.events
+    import kmon.history.fragment
 
-    for module in (kmon.history.events, kmon.foldrun):
+    for module in (kmon.history.fragment, kmon.history.events, kmon.foldrun):
         assert Path(module.__file__).suffix == ".so", module.__file__

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kmon.checker.fragment import split
 from kmon.checker.state import INF
+from kmon.history.fragment import split
 from kmon.history.model import Op
 from kmon.streaming.keyfold import ANOMALY, FACT, STATS, UNSEEN, FoldSettings, KeyFold
 from kmon.streaming.metrics import E2E_BUCKETS

@@ -7,8 +7,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from kmon.checker.fragment import split, to_row
 from kmon.history import avro
+from kmon.history.fragment import split, to_row
 from kmon.history.model import KeyPlacement, Op, OpMeta, clock_tick
 from kmon.streaming import decode
 from kmon.streaming.decode import unpack_fragments

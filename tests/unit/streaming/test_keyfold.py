@@ -6,8 +6,8 @@ import pytest
 
 from kmon.checker import CheckConfig, Checker
 from kmon.checker.anomaly import Anomaly
-from kmon.checker.fragment import Fragment
 from kmon.checker.report import merge_anomalies
+from kmon.history.fragment import Fragment
 from kmon.streaming.keyfold import DEAD, KeyFold, timer_to_keep
 from kmon.synth import SynthConfig, healthy
 from tests.checker.helpers import history, poll, send
@@ -131,7 +131,7 @@ def test_timers_follow_deadlines() -> None:
 
 
 def _split(op):
-    from kmon.checker.fragment import split
+    from kmon.history.fragment import split
 
     return split(op)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pyspark.sql import Row
 
-from kmon.checker.fragment import Fragment, split
+from kmon.history.fragment import Fragment, split
 from kmon.history.model import Op
 from kmon.streaming.keyfold import ANOMALY, FACT, STATS, UNSEEN, FoldSettings, KeyFold, Placement
 from kmon.streaming.metrics import E2E_BUCKETS

@@ -1,5 +1,9 @@
 """Splitting an op into per-key fragments: what one op did to one key.
 
+A function of the op model alone, so it lives beside it: the checker (``kmon.checker``) folds
+fragments, and the monitor's op-event reader (``events``) makes them, without the history
+codecs importing the checker. Compiled (``kmon/_build.py``: ``ALSO_COMPILED``).
+
 The per-key fold only ever sees fragments, so the same code runs offline (one process feeding
 every key) and online (Spark grouping fragments by key). A fragment carries just what the key's
 checks need: the op's identity and outcome, its sends and reads of this key in op order, whether
