@@ -82,3 +82,15 @@ def test_the_modules_listed_beside_the_checker_run_compiled() -> None:
 
     for module in (kmon.history.fragment, kmon.history.events, kmon.foldrun):
         assert Path(module.__file__).suffix == ".so", module.__file__
+
+
+def test_the_makefile_reinstalls_when_a_compiled_module_changes() -> None:
+    # `make setup` reinstalls (and so recompiles) only when a prerequisite of its install step
+    # changes: every module _build.py compiles must be one, or an edit runs into the stale-build
+    # guard instead of a rebuild.
+    makefile = (KMON_DIR.parent / "Makefile").read_text()
+    rule = next(line for line in makefile.splitlines() if line.startswith("$(INSTALLED):"))
+    assert "$(wildcard kmon/checker/*.py)" in rule
+    for src in compiled_sources(KMON_DIR):
+        if src.parent.name != "checker":
+            assert src.relative_to(KMON_DIR.parent).as_posix() in rule, src

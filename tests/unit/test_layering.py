@@ -34,3 +34,12 @@ def test_a_pure_package_imports_only_what_it_builds_on(package: str) -> None:
     for path in sorted((KMON_DIR / package).glob("*.py")):
         for name in _kmon_imports(path):
             assert any(name == a or name.startswith(a + ".") for a in allowed), (path.name, name)
+
+
+def test_the_tour_names_every_checker_module() -> None:
+    # docs/checker.md's "A tour of the code" must follow the layout it describes.
+    doc = (KMON_DIR.parent / "docs" / "checker.md").read_text()
+    tour = doc[doc.index("## A tour of the code"):doc.index("## Throughput")]
+    for path in sorted((KMON_DIR / "checker").glob("*.py")):
+        if not path.name.startswith("_"):
+            assert f"`{path.name}`" in tour, path.name
