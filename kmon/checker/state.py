@@ -30,18 +30,19 @@ vector is replaced, not resized in place, when it grows: re-read it after ``slot
 Offsets below ``base`` have been compacted: once the watermark is a grace period past every
 event that touched a chunk of 256 offsets and nothing is pending there, the chunk is dropped, so
 memory follows the in-flight window, not the history.
+
+The bytes a state store keeps, and loading the previous release's, are ``state_format.py``'s.
 """
 
 from __future__ import annotations
 
-import pickle
 import sys
-from array import array
 from typing import Any, Final
 
 from librt.vecs import append, extend, vec
 from mypy_extensions import i16, i32, i64
 
+from kmon.checker import state_format
 from kmon.checker.flags import (
     CAND,
     DECIDED,
@@ -59,15 +60,7 @@ from kmon.checker.flags import (
     W_FAIL,
     W_OK,
 )
-from kmon.checker.records import (
-    PROC_FIELDS,
-    Crossing,
-    Loose,
-    PendingRead,
-    ProcPos,
-    loose_of,
-    pending_read_of,
-)
+from kmon.checker.records import Crossing, Loose, PendingRead, ProcPos
 from kmon.checker.value_index import ValueIndex
 from kmon.checker.values import EMPTY, decode, encode
 from kmon.checker.window_codec import INF, NO_WRITER, TimeCodec, WriterCodec
@@ -520,7 +513,8 @@ class KeyState:
         return sum(memoryview(t).nbytes for t in self.tables())
 
     def tables(self) -> tuple[Any, ...]:
-        """The packed tables, in ``TABLES`` order (``atime``, ``index``: the vector in use)."""
+        """The packed tables, in ``state_format.TABLES`` order (``atime``, ``index``: the
+        vector in use)."""
         atime = self.at64 if self.exact_time else self.at32
         index = self.index.cells()
         return (self.val, self.flg, self.wref, atime, self.ctime, self.amin, self.bmin, index)
@@ -536,117 +530,14 @@ class KeyState:
         return total + sum(memoryview(t).nbytes for t in cands)
 
     def to_bytes(self) -> bytes:
-        """Serialized state for a state store; round-trips with ``from_bytes``."""
-        procs = {
-            p: tuple(getattr(pp, s) for s in PROC_FIELDS) for p, pp in self.procs.items()
-        }
-        body = {
-            "v": 3,
-            "key": self.key,
-            "scalars": tuple(_scalar(self, name) for name in _SCALARS),
-            "arrays": (*(_packed(t) for t in self.tables()[:-1]), self.index.packed()),
-            "wide_writers": self.writers.wide,
-            "vals": self.vals,
-            "loose": {c: rec.row() for c, rec in self.loose.items()},
-            "pending_reads": {c: [w.row() for w in ws] for c, ws in self.pending_reads.items()},
-            "cands": [[d, o, r] for d, o, r in zip(self.cand_due, self.cand_offset,
-                                                    self.cand_reader, strict=True)],
-            "procs": procs,
-        }
-        return pickle.dumps(body, protocol=5)
+        """Serialized state for a state store (``state_format``); round-trips with
+        ``from_bytes``."""
+        return state_format.dump(self)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> KeyState:
-        body = pickle.loads(data)
-        version = body.get("v")
-        if version not in (2, 3):
-            raise ValueError(f"unknown key state version {version!r}")
+        """A state as ``to_bytes`` saved it, this release or the previous (``state_format``)."""
+        body = state_format.read(data)
         st = cls(body["key"])
-        names = _SCALARS if version == 3 else _SCALARS[:-1]
-        for name, v in zip(names, body["scalars"], strict=True):
-            _set_scalar(st, name, v)
-        if version == 2:
-            st.twins = 1  # not counted then: assume some, so verdicts scan
-        st.writers.wide = body.get("wide_writers", {})  # (version 2: filled by _load_tables)
-        st._load_tables(dict(zip(TABLES, body["arrays"], strict=True)))
-        st.vals = body["vals"]
-        st.loose = {c: loose_of(row) for c, row in body["loose"].items()}
-        st.pending_reads = {c: [pending_read_of(w) for w in ws]
-                            for c, ws in body["pending_reads"].items()}
-        for d, o, r in body["cands"]:
-            st.add_cand(d, o, r)
-        for p, fields in body["procs"].items():
-            pp = ProcPos()
-            for s, v in zip(PROC_FIELDS, fields, strict=True):
-                setattr(pp, s, v)
-            st.procs[p] = pp
+        state_format.load(st, body)
         return st
-
-    def _load_tables(self, tables: dict[str, tuple[str, bytes]]) -> None:
-        """Tables as ``to_bytes`` packed them, or as version 2 did (arrays)."""
-        self.val, self.ctime = _vec64(tables["val"]), _vec64(tables["ctime"])
-        self.amin, self.bmin = _vec64(tables["amin"]), _vec64(tables["bmin"])
-        code, raw = tables["flg"]
-        self.flg = vec[i16](memoryview(raw).cast("h") if code == "h" else _flags_v2(raw))
-        if self.exact_time:  # (the clock's unit, a scalar, is loaded first)
-            self.at64 = _vec64(tables["atime"])
-        else:
-            self.at32 = vec[i32](memoryview(tables["atime"][1]).cast("i"))
-        code, raw = tables["wref"]
-        if code == "i":
-            self.wref = vec[i32](memoryview(raw).cast("i"))
-        else:  # version 2 widened a window's writers to 64 bits
-            wide = array("q", raw)
-            self.wref = _run32(len(wide), NO_WRITER)
-            first = self.writers.base
-            for i, w in enumerate(wide):
-                if w != -(1 << 63) and first is not None:
-                    self.set_writer(i, w + first)
-        self.index.load(tables["index"])
-
-
-TABLES: Final = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
-# (twins last: version 2 states end before it)
-_SCALARS: Final = ("base", "compacted", "ibase", "iused", "frontier", "frontier_op", "late",
-                   "unseen_decided", "unseen_from", "max_time", "last_revealed", "obase", "tunit",
-                   "tbase", "twins")
-
-
-# Scalars of the state format kept by a part of the state: (the part, its field).
-_PART_SCALARS: Final = {"ibase": ("index", "base"), "iused": ("index", "used"),
-                        "obase": ("writers", "base"), "tunit": ("clock", "unit"),
-                        "tbase": ("clock", "base")}
-
-
-def _scalar(st: KeyState, name: str) -> Any:
-    part = _PART_SCALARS.get(name)
-    return getattr(st, name) if part is None else getattr(getattr(st, part[0]), part[1])
-
-
-def _set_scalar(st: KeyState, name: str, v: Any) -> None:
-    part = _PART_SCALARS.get(name)
-    if part is None:
-        setattr(st, name, v)
-    else:
-        setattr(getattr(st, part[0]), part[1], v)
-
-
-def _packed(table: Any) -> tuple[str, bytes]:
-    """(array typecode, raw bytes) of a vector or array: the form state stores keep."""
-    if isinstance(table, array):
-        return table.typecode, table.tobytes()
-    view = memoryview(table)
-    return _TYPECODE[view.itemsize], view.tobytes()
-
-
-def _vec64(packed: tuple[str, bytes]) -> vec[i64]:
-    return vec[i64](memoryview(packed[1]).cast("q"))
-
-
-def _flags_v2(raw: bytes) -> list[int]:
-    """Version 2 flags (16 unsigned bits, READ_OK in bit 15) in today's layout."""
-    old_read_ok = 1 << 15
-    return [f & ~old_read_ok | (READ_OK if f & old_read_ok else 0) for f in array("H", raw)]
-
-
-_TYPECODE: Final = {8: "q", 4: "i", 2: "h"}  # a vector's item size -> its array typecode

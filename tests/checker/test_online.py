@@ -10,7 +10,8 @@ import pytest
 from kmon.checker import CheckConfig, Checker
 from kmon.checker.flags import OCCUPIED, READ_OK
 from kmon.checker.realtime_lag import first_ack_after
-from kmon.checker.state import CHUNK, INF, TABLES, KeyState
+from kmon.checker.state import CHUNK, INF, KeyState
+from kmon.checker.state_format import TABLES
 from kmon.history.model import Op
 from kmon.synth import SynthConfig, healthy
 from tests.checker import helpers
