@@ -31,7 +31,8 @@ Offsets below ``base`` have been compacted: once the watermark is a grace period
 event that touched a chunk of 256 offsets and nothing is pending there, the chunk is dropped, so
 memory follows the in-flight window, not the history.
 
-The bytes a state store keeps, and loading the previous release's, are ``state_format.py``'s.
+How the window's vectors grow and shrink together is ``window.py``'s; the bytes a state store
+keeps, and loading the previous release's, are ``state_format.py``'s.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Final
 
-from librt.vecs import append, extend, vec
+from librt.vecs import append, vec
 from mypy_extensions import i16, i32, i64
 
-from kmon.checker import state_format
+from kmon.checker import state_format, window
 from kmon.checker.flags import (
     CAND,
     DECIDED,
@@ -62,13 +63,9 @@ from kmon.checker.flags import (
 )
 from kmon.checker.records import Crossing, Loose, PendingRead, ProcPos
 from kmon.checker.value_index import ValueIndex
-from kmon.checker.values import EMPTY, decode, encode
-from kmon.checker.window_codec import INF, NO_WRITER, TimeCodec, WriterCodec
-
-CHUNK_BITS: Final = 8
-CHUNK: Final = 1 << CHUNK_BITS
-BLOCK_BITS: Final = 4
-_GROW_BELOW_LIMIT: Final = 1 << 20  # how far below base a young key may still grow
+from kmon.checker.values import decode, encode
+from kmon.checker.window import BLOCK_BITS, CHUNK, CHUNK_BITS, GROW_BELOW_LIMIT
+from kmon.checker.window_codec import INF, TimeCodec, WriterCodec  # noqa: F401  (INF: detectors')
 
 
 class ValueWriter:
@@ -109,18 +106,6 @@ class ValueWriter:
             self.rec.mark(flag)
 
 
-
-
-def _run64(n: int, fill: int) -> vec[i64]:
-    return vec[i64]([fill] * n)
-
-
-def _run32(n: int, fill: int) -> vec[i32]:
-    return vec[i32]([fill] * n)
-
-
-def _run16(n: int, fill: int) -> vec[i16]:
-    return vec[i16]([fill] * n)
 
 
 _SCANS_BEFORE_A_SET: Final = 8
@@ -236,57 +221,17 @@ class KeyState:
             self.base = off - (off % CHUNK)
         i = off - self.base
         if i < 0:
-            if self.compacted or -i > _GROW_BELOW_LIMIT:
+            if self.compacted or -i > GROW_BELOW_LIMIT:
                 return -1
-            self._grow_below(off)
+            window.grow_below(self, off)
             i = off - self.base
         elif i >= len(self.val):
-            self._grow_above(i)
+            window.grow_above(self, i)
         return i
 
-    def _grow_above(self, i: int) -> None:
-        # Grow to the end of i's block, not slot by slot: sends arrive one offset at a time.
-        n = ((i >> BLOCK_BITS) + 1 << BLOCK_BITS) - len(self.val)
-        self.val = extend(self.val, _run64(n, EMPTY))
-        self.flg = extend(self.flg, _run16(n, 0))
-        self.wref = extend(self.wref, _run32(n, NO_WRITER))
-        if self.exact_time:
-            self.at64 = extend(self.at64, _run64(n, 0))
-        else:
-            self.at32 = extend(self.at32, _run32(n, 0))
-        chunks = (len(self.val) + CHUNK - 1) >> CHUNK_BITS
-        if chunks > len(self.ctime):
-            extra = chunks - len(self.ctime)
-            self.ctime = extend(self.ctime, _run64(extra, 0))
-            self.amin = extend(self.amin, _run64(extra, INF))
-        blocks = len(self.val) >> BLOCK_BITS
-        if blocks > len(self.bmin):
-            self.bmin = extend(self.bmin, _run64(blocks - len(self.bmin), INF))
-
-    def _grow_below(self, off: int) -> None:
-        new_base = off - (off % CHUNK)
-        n = self.base - new_base
-        self.val = extend(_run64(n, EMPTY), self.val)
-        self.flg = extend(_run16(n, 0), self.flg)
-        self.wref = extend(_run32(n, NO_WRITER), self.wref)
-        if self.exact_time:
-            self.at64 = extend(_run64(n, 0), self.at64)
-        else:
-            self.at32 = extend(_run32(n, 0), self.at32)
-        self.ctime = extend(_run64(n >> CHUNK_BITS, 0), self.ctime)
-        self.amin = extend(_run64(n >> CHUNK_BITS, INF), self.amin)
-        self.bmin = extend(_run64(n >> BLOCK_BITS, INF), self.bmin)
-        self.base = new_base
-
     def drop_front(self, n: int) -> None:
-        """Forget the first ``n`` slots (whole chunks): compaction."""
-        chunks = n >> CHUNK_BITS
-        self.val, self.flg, self.wref = self.val[n:], self.flg[n:], self.wref[n:]
-        self.at32, self.at64 = self.at32[n:], self.at64[n:]
-        self.ctime, self.amin = self.ctime[chunks:], self.amin[chunks:]
-        self.bmin = self.bmin[n >> BLOCK_BITS:]
-        self.base += n
-        self.writers.forget_below(self.base)
+        """Forget the first ``n`` slots (whole chunks): compaction (``window.drop_front``)."""
+        window.drop_front(self, n)
 
     def in_window(self, off: int) -> bool:
         return 0 <= off - self.base < len(self.val)
