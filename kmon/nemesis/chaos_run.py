@@ -212,7 +212,7 @@ class Chaos:
         self.tag = uuid.uuid4().hex[:6]
         self.nemesis = Nemesis(cluster, proxy)
         self.monitor = MonitorProcess(cluster, self.workdir, self.tag,
-                                      cluster.ports.metrics(19))
+                                      cluster.ports.metrics(13))
         roles = {**SAFE_ROLES, **(LOSSY_ROLES if settings.lossy else {})}
         self.slots = {r: ProbeSlot(r, p, f"{self.tag}-{r}") for r, p in roles.items()}
         self.records: list[StepRecord] = []
