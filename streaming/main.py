@@ -117,8 +117,9 @@ def run(cfg: config.MonitorConfig, stop: threading.Event | None = None) -> int:
     def start() -> Any:
         monitor = Monitor(cfg, spark, stop=stop)
         monitor.start()
-        log.info("monitoring %s; metrics on %s:%s; checkpoint %s", cfg.events_topic,
-                 cfg.metrics_host, cfg.metrics_port, cfg.checkpoint)
+        log.info("monitoring %s; metrics on %s:%s; checkpoint %s; %d state partitions",
+                 cfg.events_topic, cfg.metrics_host, cfg.metrics_port, cfg.checkpoint,
+                 monitor.state_partitions)
         return monitor
 
     return supervise(start, stop)
