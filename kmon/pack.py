@@ -152,10 +152,15 @@ def build(out: Path, work: Path, root: Path, pins: list[str], requirements: list
     venv_pack.pack(prefix=str(venv), output=str(out), compress_level=1, force=True)
 
 
-def pack(out: Path | None = None, cache: Path | None = None, log: Log = print) -> Path:
+def pack(out: Path | None = None, cache: Path | None = None, log: Log = print,
+         source: Path | None = None) -> Path:
     """The archive for this kmon, from the cache or built; copied to ``out`` when given.
-    Returns the path of the archive (``out``, or the cached file)."""
-    root = source_root()
+    ``source``: kmon's source tree (default: the checkout kmon is installed from; an image
+    that installed kmon from its sources names them). Returns the archive's path (``out``, or
+    the cached file)."""
+    root = source.resolve() if source is not None else source_root()
+    if not (root / "pyproject.toml").is_file():
+        raise SettingError(f"{root} is not kmon's source tree (no pyproject.toml)")
     pins, requirements = installed_pins(), runtime_requirements()
     name = f"kmon-env-{digest(root, pins, requirements)}.tar.gz"
     cached = env.kmon_cache(cache) / "pack" / name

@@ -2,8 +2,11 @@
 
 ::
 
+    kmon pack -o kmon-env.tar.gz    # kmon for executors without it (docs/monitor.md)
     KAFKA=org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0
-    spark-submit --master spark://host:7077 --packages "$KAFKA" --py-files kmon.zip \\
+    PYSPARK_DRIVER_PYTHON=python PYSPARK_PYTHON=./environment/bin/python \\
+    spark-submit --master spark://host:7077 --packages "$KAFKA" \\
+      --archives kmon-env.tar.gz#environment \\
       "$(python -c 'import kmon.streaming.main as m; print(m.__file__)')" --config monitor.yaml
 
 Settings: ``--config`` (YAML) then ``--set key=value`` (see ``config.KEYS``), and the flags

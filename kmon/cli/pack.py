@@ -24,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", metavar="PATH", type=Path, default=Path("kmon-env.tar.gz"),
                    help="where to write the archive (default: kmon-env.tar.gz)")
     p.add_argument("--cache", metavar="DIR", help="cache directory (env KMON_CACHE)")
+    p.add_argument("--source", metavar="DIR", type=Path,
+                   help="kmon's source tree (default: the checkout kmon is installed from)")
     p.set_defaults(func=run)
 
 
@@ -31,6 +33,6 @@ def run(args: argparse.Namespace) -> int:
     from kmon.pack import pack
 
     with errors_as_usage():
-        out = pack(args.output, Path(args.cache) if args.cache else None)
+        out = pack(args.output, Path(args.cache) if args.cache else None, source=args.source)
     print(out)
     return 0
