@@ -28,6 +28,7 @@ from typing import Final
 from librt.vecs import vec
 from mypy_extensions import i64
 
+from kmon.checker import unseen
 from kmon.checker.anomaly import LOST_WRITE
 from kmon.checker.sink import Sink, TxnFact
 from kmon.checker.state import (
@@ -161,8 +162,7 @@ def _loose_verdicts(st: KeyState, off: int, reader: int, consumed: Consumed,
         if rec[0] != off or not f & CAND or not (f & W_OK and f & VER):
             continue  # (a value displaced from a slot may carry the slot's candidacy)
         rec[1] = (f & ~CAND) | DECIDED
-        home = st.find(code)
-        if f & READ_OK or (home >= 0 and st.flg[home - st.base] & READ_OK) or code in consumed:
+        if unseen.read_ok_anywhere(st, code, consumed):
             continue
         sink.anomaly(LOST_WRITE, {"key": st.key, "value": st.value(code), "offset": off,
                                   "writer": rec[2], "reader": reader,

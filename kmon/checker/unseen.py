@@ -28,17 +28,17 @@ def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
     for i in range(len(flg)):
         f = flg[i]
         if _acked_unread(f) and val[i] not in seen and st.find(val[i]) == base + i:
-            if _read_ok_anywhere(st, val[i], consumed):
+            if read_ok_anywhere(st, val[i], consumed):
                 continue
             seen.add(val[i])
             out.append((st.value(val[i]), base + i))
     for code, rec in st.loose.items():
-        if rec[1] & W_OK and not _read_ok_anywhere(st, code, consumed) and code not in seen:
+        if rec[1] & W_OK and not read_ok_anywhere(st, code, consumed) and code not in seen:
             out.append((st.value(code), rec[0]))
     return out
 
 
-def _read_ok_anywhere(st: KeyState, code: int, consumed: Consumed) -> bool:
+def read_ok_anywhere(st: KeyState, code: int, consumed: Consumed) -> bool:
     """Whether a committed poll consumed the value somewhere: at a conflicting offset (its
     loose record), at its home slot (a committed poll after an uncommitted one reads it where
     it really is, which a loose record does not hear of), or at any other slot."""
@@ -69,7 +69,7 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
         if _acked_unread(f) and not f & UNSEEN_DONE:
             if 0 < st.ack(i) <= limit:
                 flg[i] = f | UNSEEN_DONE
-                if _read_ok_anywhere(st, st.val[i], consumed):
+                if read_ok_anywhere(st, st.val[i], consumed):
                     continue
                 sink.unseen.append((st.key, st.value(st.val[i]), st.base + i,
                                     st.revealed_ns(i)))
@@ -81,6 +81,6 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
     for code, rec in st.loose.items():  # acknowledged without an offset
         f = rec[1]
         if (f & W_OK and not f & UNSEEN_DONE and 0 < rec[3] <= horizon
-                and not _read_ok_anywhere(st, code, consumed)):
+                and not read_ok_anywhere(st, code, consumed)):
             rec[1] = f | UNSEEN_DONE
             sink.unseen.append((st.key, st.value(code), rec[0], rec[3]))
