@@ -286,13 +286,10 @@ class Chaos:
             write_schedule(self.workdir / "schedule.jsonl", self.records)
             if on_step is not None:
                 on_step(rec)
-            self._check_processes()
+            self.check_monitor()
         left = self.settings.minutes * 60 - (time.monotonic() - t0)
         if left > 0:
             time.sleep(left)
-
-    def _check_processes(self) -> None:
-        self.check_monitor()
 
     def check_monitor(self) -> None:
         """The monitor dying on its own (not killed by a step) is a crash: say so, with the
@@ -401,11 +398,10 @@ def _release(fault: Fault) -> None:
 @dataclass
 class EventsRead:
     """The events topic read back: each probe's ops by index (a copy the topic holds twice
-    counted in ``copies``, not kept), and how many records it holds (ticks included)."""
+    counted in ``copies``, not kept)."""
 
     ops: dict[str, list[Any]]
     copies: dict[str, int]
-    records: int
 
 
 def events_by_probe(bootstrap: str, topic: str) -> EventsRead:
@@ -424,7 +420,7 @@ def events_by_probe(bootstrap: str, topic: str) -> EventsRead:
             copies[op.meta.probe] += 1
         mine[op.index] = op
     ops = {p: [v[i] for i in sorted(v)] for p, v in by.items()}
-    return EventsRead(ops, dict(copies), len(msgs))
+    return EventsRead(ops, dict(copies))
 
 
 def settle(chaos: Chaos) -> None:
