@@ -42,6 +42,7 @@ from importlib import metadata
 from pathlib import Path
 
 from kmon import env
+from kmon._build import hash_files
 from kmon.env import SettingError
 
 # Where executors find the unpacked archive: the fragment of spark.archives, and the
@@ -97,10 +98,8 @@ def _files(root: Path) -> Iterable[Path]:
 def digest(root: Path, pins: list[str], requirements: list[str]) -> str:
     """What the archive depends on: sources, pins, requirements, interpreter, compile flag."""
     h = hashlib.sha256()
-    for p in _files(root):
-        if p.name == "_build_stamp.py":  # written by the build itself
-            continue
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    # (_build_stamp.py is written by the build itself)
+    hash_files(h, root, (p for p in _files(root) if p.name != "_build_stamp.py"))
     for line in (*pins, "--", *requirements, sys.version, sys.executable,
                  os.environ.get("KMON_COMPILE", "1")):
         h.update(line.encode() + b"\n")
