@@ -4,7 +4,9 @@
 # Spark 4's JVM; Spark is pyspark's own distribution, with the Kafka connector on its classpath,
 # and S3A for s3a:// checkpoints: hadoop-aws matching pyspark's Hadoop and the AWS SDK bundle it
 # pins (about 700 MB), moved into SPARK_HOME/jars, where driver and executor JVMs load them and
-# where `kmon monitor` finds S3A without kmon's cache.
+# where `kmon monitor` finds S3A without kmon's cache. /opt/kmon/kmon-env.tar.gz is `kmon pack`'s
+# archive of the same kmon, for executors outside Kubernetes that lack it (monitor.spark.master
+# spark://..., docs/monitor.md#on-a-spark-cluster); it needs Python at /usr/local/bin there.
 #
 #   docker build -t ghcr.io/kmon-dev/kmon:0.1.0 .
 #
@@ -34,7 +36,9 @@ RUN python -m venv /opt/kmon/venv \
         /opt/kmon/venv/lib/python3.11/site-packages/pyspark/jars/ \
     && mv /opt/kmon/cache/hadoop-aws-*/jars/*.jar \
         /opt/kmon/venv/lib/python3.11/site-packages/pyspark/jars/ \
-    && rm -rf /opt/kmon/cache/kafka-* /opt/kmon/cache/hadoop-aws-* /opt/kmon/cache/m2
+    && /opt/kmon/venv/bin/kmon pack --source /src -o /opt/kmon/kmon-env.tar.gz \
+    && rm -rf /opt/kmon/cache/kafka-* /opt/kmon/cache/hadoop-aws-* /opt/kmon/cache/m2 \
+        /opt/kmon/cache/pack
 
 FROM ${PYTHON_IMAGE}
 # hadolint ignore=DL3008

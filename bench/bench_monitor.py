@@ -2,8 +2,9 @@
 
 Prints, on this machine (local[2]) and in one run:
 
-1. **Ceiling**: ``/work/shared/bench/spark_stateful_ceiling.py`` (``$KMON_CEILING``), a trivial
-   fold through the same stateful API, run as a subprocess first.
+1. **Ceiling**: ``../shared/bench/spark_stateful_ceiling.py``, beside the checkout
+   (``$KMON_CEILING`` names another), a trivial fold through the same stateful API, run as a
+   subprocess first.
 2. **Sustained throughput**: healthy synthetic op events (64 keys, 16 processes, transactions
    with aborts) produced to an events topic beforehand, event time advancing at
    ``--event-rate``; then the whole monitor (decode, both stages, outputs, metrics) reads them
@@ -44,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 SECOND = 1_000_000_000
-CEILING = os.environ.get("KMON_CEILING", "/work/shared/bench/spark_stateful_ceiling.py")
+# The shared ceiling script lives beside the checkout (../shared), wherever it is cloned.
+CEILING = os.environ.get("KMON_CEILING", str(
+    Path(__file__).resolve().parents[2] / "shared" / "bench" / "spark_stateful_ceiling.py"))
 
 
 def load() -> str:

@@ -10,7 +10,9 @@ only: setup.py loads this file by path, before kmon is installed.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 KMON_DIR = Path(__file__).resolve().parent
 _STAMP = "_build_stamp.py"
@@ -31,6 +33,13 @@ def compiled_sources(kmon_dir: Path = KMON_DIR) -> list[Path]:
     and ``ALSO_COMPILED``."""
     checker = [p for p in (kmon_dir / "checker").glob("*.py") if not p.name.startswith("_")]
     return sorted([*checker, *(kmon_dir / name for name in ALSO_COMPILED)])
+
+
+def hash_files(h: Any, root: Path, paths: Iterable[Path]) -> None:
+    """Feed each file's path below ``root`` and its bytes to the hash ``h`` (build caches key
+    on this: the protocol proxy's build, ``kmon pack``'s archive)."""
+    for path in paths:
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
 
 
 def sources_digest(kmon_dir: Path = KMON_DIR) -> str:

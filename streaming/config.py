@@ -18,6 +18,7 @@ Keys (``KEYS`` has each key's meaning; ``docs/monitor.md`` the full table):
 - output topics the monitor creates: ``topics.replication.factor``,
   ``topics.min.insync.replicas``, ``topics.retention.anomalies``/``.facts``/``.dead-letters``;
 - ``metrics.drained.after``: how long a settled key without events keeps its series;
+- ``state.partitions``: partitions (parallel tasks) of the stateful stages;
 - timing: ``trigger``, ``watermark.delay``, ``grace``, ``unseen.grace``, ``max.future.skew``;
 - input: ``starting.offsets``, ``max.events.per.trigger``;
 - metrics: ``metrics.host``, ``metrics.port``;
@@ -84,6 +85,9 @@ KEYS: dict[str, tuple[Any, str]] = {
     "txn.max.writers": (20_000, "writers stage 2 keeps per bucket at most (oldest forgotten "
                                 "first): bounds its memory"),
     "verdict.memory": (1024, "anomalies remembered per key to count each once"),
+    "state.partitions": ("auto", "partitions of both stateful stages, so at most this many "
+                                 "tasks fold at once; fixed when a checkpoint is created (auto: "
+                                 "the cores of local[N]; on a cluster its cores, at least 16)"),
 }
 REQUIRED = ("kafka.bootstrap.servers", "checkpoint")
 PREFIXES = {
@@ -217,6 +221,7 @@ class MonitorConfig:
     txn_max_writers: int
     output: OutputTopics = field(default_factory=OutputTopics)
     drained_after_s: float = 3600.0
+    state_partitions: int | None = None  # None: auto (``state_partitions_for``)
     source_options: dict[str, str] = field(default_factory=dict)
     producer_config: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -385,10 +390,30 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
                                         "facts": str(settings["topics.facts"]),
                                         "dead-letters": str(settings["topics.dead-letters"])}),
         drained_after_s=_positive("metrics.drained.after", settings["metrics.drained.after"]),
+        state_partitions=_auto_int("state.partitions", settings["state.partitions"], 1, 10_000),
         source_options=passthrough["source."],
         producer_config=passthrough["producer."],
         spark_conf=passthrough["spark."],
     )
+
+
+# state.partitions on a cluster at least: room to add executors before the checkpoint, which
+# keeps the count it was created with, has to move.
+CLUSTER_STATE_PARTITIONS = 16
+
+
+def state_partitions_for(cfg: MonitorConfig, master: str, cores: int) -> int:
+    """The stateful stages' partition count for a new checkpoint: ``state.partitions``, else
+    (auto) an explicit ``spark.sql.shuffle.partitions``, else ``cores`` (Spark's default
+    parallelism: the N of local[N], a cluster's executor cores) in local mode and at least
+    ``CLUSTER_STATE_PARTITIONS`` on a cluster."""
+    if cfg.state_partitions is not None:
+        return cfg.state_partitions
+    if explicit := cfg.spark_conf.get("sql.shuffle.partitions"):
+        return _int("spark.sql.shuffle.partitions", explicit, 1, 10_000)
+    if master.startswith("local"):
+        return max(1, cores)
+    return max(CLUSTER_STATE_PARTITIONS, cores)
 
 
 def _positive(key: str, value: Any) -> float:

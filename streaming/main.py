@@ -2,8 +2,11 @@
 
 ::
 
+    kmon pack -o kmon-env.tar.gz    # kmon for executors without it (docs/monitor.md)
     KAFKA=org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0
-    spark-submit --master spark://host:7077 --packages "$KAFKA" --py-files kmon.zip \\
+    PYSPARK_DRIVER_PYTHON=python PYSPARK_PYTHON=./environment/bin/python \\
+    spark-submit --master spark://host:7077 --packages "$KAFKA" \\
+      --archives kmon-env.tar.gz#environment \\
       "$(python -c 'import kmon.streaming.main as m; print(m.__file__)')" --config monitor.yaml
 
 Settings: ``--config`` (YAML) then ``--set key=value`` (see ``config.KEYS``), and the flags
@@ -117,8 +120,9 @@ def run(cfg: config.MonitorConfig, stop: threading.Event | None = None) -> int:
     def start() -> Any:
         monitor = Monitor(cfg, spark, stop=stop)
         monitor.start()
-        log.info("monitoring %s; metrics on %s:%s; checkpoint %s", cfg.events_topic,
-                 cfg.metrics_host, cfg.metrics_port, cfg.checkpoint)
+        log.info("monitoring %s; metrics on %s:%s; checkpoint %s; %d state partitions",
+                 cfg.events_topic, cfg.metrics_host, cfg.metrics_port, cfg.checkpoint,
+                 monitor.state_partitions)
         return monitor
 
     return supervise(start, stop)

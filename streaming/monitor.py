@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kmon.streaming import decode
-from kmon.streaming.config import ConfigError, MonitorConfig
+from kmon.streaming.config import ConfigError, MonitorConfig, state_partitions_for
 from kmon.streaming.keyfold import FoldSettings
 from kmon.streaming.metrics import E2E_BUCKETS, MonitorMetrics, registry_with
 from kmon.streaming.outputs import KEYS, TRANSACTIONS, Outputs
@@ -157,6 +157,7 @@ class Monitor:
         self.outputs: Outputs | None = None
         self._progress: _ProgressPoller | None = None
         self._stopped = threading.Event()
+        self.state_partitions = 0  # the stateful stages' partitions, known once started
 
     def start(self) -> None:
         from pyspark.sql import SparkSession
@@ -177,9 +178,10 @@ class Monitor:
         quiet_expected_warnings(spark)
         for k, v in SQL_CONF.items():
             spark.conf.set(k, v)
-        for k, v in self.cfg.spark_conf.items():
-            if k.startswith("spark.sql."):
-                spark.conf.set(k, v)
+        for k, v in self.cfg.spark_conf.items():  # keys without their "spark." prefix
+            if k.startswith("sql."):
+                spark.conf.set("spark." + k, v)
+        self.state_partitions = _state_partitions(spark, self.cfg)
         topics = ensure_topics(self.cfg)
         if topics:
             self.metrics.output_topics({t.topic: t.replicas for t in topics}, topics[0].brokers)
@@ -316,16 +318,45 @@ def sources_mismatch(sources: list[str], cfg: MonitorConfig, partitions: list[in
             "location (its state, and verdicts still pending, start afresh)")
 
 
-def _checkpoint_sources(spark: Any, checkpoint: str) -> list[str] | None:
-    """The last offsets a checkpoint logged, one JSON line per source; None: none yet."""
+def _last_offsets(spark: Any, checkpoint: str) -> list[str] | None:
+    """The last offsets file a checkpoint logged: its version line, its metadata (JSON), then
+    one JSON line per source; None: none yet."""
     from kmon.streaming.snapshots import HadoopDir
 
     offsets = HadoopDir(spark, checkpoint + "/offsets")
     batches = [int(n) for n in offsets.names() if n.isdigit()]
     if not batches:
         return None
-    text = offsets.read(str(max(batches)))
-    return [line for line in text.splitlines()[2:] if line.strip()]  # after version, metadata
+    return [line for line in offsets.read(str(max(batches))).splitlines() if line.strip()]
+
+
+def _checkpoint_sources(spark: Any, checkpoint: str) -> list[str] | None:
+    """The last offsets a checkpoint logged, one JSON line per source; None: none yet."""
+    lines = _last_offsets(spark, checkpoint)
+    return None if lines is None else lines[2:]
+
+
+def _state_partitions(spark: Any, cfg: MonitorConfig) -> int:
+    """Set the stateful stages' partition count for a new checkpoint (``state.partitions``)
+    and return the one the queries will use. Spark records the count in each query's
+    checkpoint (the offsets' metadata) and a query restarted on it keeps that count whatever
+    the session says: state is partitioned by it. A setting that differs is only logged."""
+    sc = spark.sparkContext
+    wanted = state_partitions_for(cfg, sc.master, sc.defaultParallelism)
+    spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
+    lines = _last_offsets(spark, cfg.stage1_checkpoint)
+    if lines is None:
+        return wanted
+    try:
+        frozen = int(json.loads(lines[1])["conf"]["spark.sql.shuffle.partitions"])
+    except (IndexError, KeyError, TypeError, ValueError):
+        return wanted
+    if frozen != wanted:
+        log.warning("state.partitions: the checkpoint %s was created with %d partitions and "
+                    "keeps them (%d asked for); to change them, start on a new checkpoint "
+                    "location (state and pending verdicts start afresh)",
+                    cfg.checkpoint, frozen, wanted)
+    return frozen
 
 
 def _exists(spark: Any, path: str) -> bool:

@@ -120,18 +120,58 @@ def build_spark_session(
         builder = SparkSession.builder.appName(app_name)
         for key, value in settings.items():
             builder = builder.config(key, value)
-        return builder.getOrCreate()
+        return _with_archive_python(builder.getOrCreate())
     settings = spark_conf(master, checkpoint_location, jars, conf)
     if settings["spark.master"].startswith("local"):
         # Spark otherwise resolves the host name and warns that it binds to a loopback address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        # pyspark takes the workers' Python from this variable, not from the conf above.
-        os.environ.setdefault("PYSPARK_PYTHON", settings.get("spark.pyspark.python",
-                                                             sys.executable))
+    if python := settings.get("spark.pyspark.python"):
+        # pyspark takes the Python workers' interpreter from this variable, not from the conf
+        # (spark-submit would copy it over); on a cluster e.g. ./environment/bin/python, inside
+        # the archive `kmon pack` makes (spark.archives).
+        os.environ["PYSPARK_PYTHON"] = python
+    elif settings["spark.master"].startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return _with_archive_python(builder.getOrCreate())
+
+
+def archive_aliases(archives: str) -> set[str]:
+    """The directory names ``spark.archives`` unpacks into (``path#alias``, else the file
+    name)."""
+    out = set()
+    for item in filter(None, (a.strip() for a in archives.split(","))):
+        path, _, alias = item.partition("#")
+        out.add(alias or path.rstrip("/").rsplit("/", 1)[-1])
+    return out
+
+
+def _with_archive_python(spark: SparkSession) -> SparkSession:
+    """Make a Python workers' interpreter inside an archive (``./environment/bin/python``,
+    with ``spark.archives=kmon-env.tar.gz#environment``) runnable on the driver as well.
+
+    Executors start Python workers in their working directory, where Spark unpacked the
+    archive. The driver starts one too, to check a ``transformWithState`` processor's state
+    schema while planning, but in its own working directory, not where Spark unpacked the
+    archive for it (``SparkFiles.getRootDirectory()``): ``./environment`` is made a link there.
+    A directory of that name that is not such a link is left alone."""
+    python = Path(os.environ.get("PYSPARK_PYTHON", ""))
+    if python.is_absolute() or len(python.parts) < 2:
+        return spark
+    alias = python.parts[0]
+    if alias not in archive_aliases(spark.conf.get("spark.archives", "") or ""):
+        return spark
+    from pyspark import SparkFiles
+
+    unpacked = Path(SparkFiles.getRootDirectory()) / alias
+    link = Path.cwd() / alias
+    if link.is_symlink():
+        link.unlink()
+    if not link.exists():
+        link.symlink_to(unpacked, target_is_directory=True)
+    return spark
 
 
 # Loggers whose warnings are expected in normal operation and drown the ones that matter.

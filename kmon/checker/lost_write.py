@@ -29,6 +29,7 @@ from typing import Any
 from librt.vecs import vec
 from mypy_extensions import i64
 
+from kmon.checker import unseen
 from kmon.checker.anomaly import LOST_WRITE
 from kmon.checker.flags import CAND, DECIDED
 from kmon.checker.sink import Sink, TxnFact
@@ -166,7 +167,6 @@ def _loose_verdicts(st: KeyState, off: int, reader: int, consumed: Consumed,
                                                               and rec.in_version_order()):
             continue  # (a value displaced from a slot may carry the slot's candidacy)
         rec.decided()
-        home = st.find(code)
-        if rec.consumed() or (home >= 0 and st.consumed(home - st.base)) or code in consumed:
+        if unseen.read_ok_anywhere(st, code, consumed):
             continue
         report(sink, st.key, st.value(code), off, rec.writer, reader, st.frontier)

@@ -34,17 +34,17 @@ def unseen_values(st: KeyState) -> list[tuple[Any, int | None]]:
     consumed = Consumed(st)
     for i in range(len(val)):
         if st.acked_unread(i) and val[i] not in seen and st.find(val[i]) == base + i:
-            if _read_ok_anywhere(st, val[i], consumed):
+            if read_ok_anywhere(st, val[i], consumed):
                 continue
             seen.add(val[i])
             out.append((st.value(val[i]), base + i))
     for code, rec in st.loose.items():
-        if rec.acked() and not _read_ok_anywhere(st, code, consumed) and code not in seen:
+        if rec.acked() and not read_ok_anywhere(st, code, consumed) and code not in seen:
             out.append((st.value(code), rec.offset))
     return out
 
 
-def _read_ok_anywhere(st: KeyState, code: int, consumed: Consumed) -> bool:
+def read_ok_anywhere(st: KeyState, code: int, consumed: Consumed) -> bool:
     """Whether a committed poll consumed the value somewhere: at a conflicting offset (its
     loose record), at its home slot (a committed poll after an uncommitted one reads it where
     it really is, which a loose record does not hear of), or at any other slot."""
@@ -73,7 +73,7 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
         if _waiting(st, i):
             if 0 < st.ack(i) <= limit:
                 st.mark(i, UNSEEN_DONE)
-                if _read_ok_anywhere(st, st.val[i], consumed):
+                if read_ok_anywhere(st, st.val[i], consumed):
                     continue
                 sink.unseen.append((st.key, st.value(st.val[i]), st.base + i,
                                     st.revealed_ns(i)))
@@ -84,7 +84,7 @@ def decide(st: KeyState, watermark: int, grace: int, sink: Sink) -> None:
         st.unseen_from = st.base + len(st.flg)
     for code, rec in st.loose.items():  # acknowledged without an offset
         if (_loose_waiting(rec) and 0 < rec.ack_time <= horizon
-                and not _read_ok_anywhere(st, code, consumed)):
+                and not read_ok_anywhere(st, code, consumed)):
             rec.mark(UNSEEN_DONE)
             sink.unseen.append((st.key, st.value(code), rec.offset, rec.ack_time))
 

@@ -20,6 +20,7 @@ SUBCOMMANDS = [
     "check",
     "probe",
     "monitor",
+    "pack",
     "nemesis",
     "dashboards",
     "investigate",

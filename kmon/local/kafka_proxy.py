@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kmon import env
+from kmon._build import hash_files
 from kmon.env import SettingError
 from kmon.local import procs
 from kmon.local.java import find_java
@@ -70,8 +71,7 @@ def _sources() -> list[Path]:
 
 def fingerprint() -> str:
     digest = hashlib.sha256()
-    for path in _sources():
-        digest.update(str(path.relative_to(SOURCE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    hash_files(digest, SOURCE, _sources())
     return digest.hexdigest()
 
 

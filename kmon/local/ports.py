@@ -18,7 +18,10 @@
                     ``kafka_proxy_bootstrap``; ``kmon.local.kafka_proxy``)
     base + 25..28   the Kafka protocol proxy's port per broker, node ids 1..4
     base + 29       the Kafka protocol proxy's fault control endpoint (HTTP)
-    base + 30..49   reserved: metrics endpoints of probes and the monitor
+    base + 30..43   reserved: metrics endpoints of probes and the monitor (slots 0..13)
+    base + 44..45   Spark standalone master: its RPC port (``spark://``) and web UI
+                    (``kmon.local.spark_standalone``)
+    base + 46..49   Spark standalone workers 1..2: RPC port, web UI port
 
 The test suite runs its own stack at ``base + 50`` (see ``kmon.env.PORT_SPAN``).
 """
@@ -28,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BROKER_IDS: tuple[int, ...] = (1, 2, 3)
+SPARK_WORKER_IDS: tuple[int, ...] = (1, 2)
+METRICS_SLOTS = 14
 
 
 @dataclass(frozen=True)
@@ -93,10 +98,35 @@ class Ports:
         return f"127.0.0.1:{self.kafka_proxy}"
 
     def metrics(self, slot: int) -> int:
-        """Port of the ``slot``-th metrics endpoint (probes, monitor), slot 0..19."""
-        if not 0 <= slot < 20:
-            raise ValueError(f"metrics slot {slot} out of range 0..19")
+        """Port of the ``slot``-th metrics endpoint (probes, monitor), slot 0..13."""
+        if not 0 <= slot < METRICS_SLOTS:
+            raise ValueError(f"metrics slot {slot} out of range 0..{METRICS_SLOTS - 1}")
         return self.base + 30 + slot
+
+    @property
+    def spark_master(self) -> int:
+        return self.base + 44
+
+    @property
+    def spark_master_ui(self) -> int:
+        return self.base + 45
+
+    def spark_worker(self, n: int) -> int:
+        """RPC port of Spark standalone worker ``n`` (1..2)."""
+        if n not in SPARK_WORKER_IDS:
+            raise ValueError(f"Spark worker ids are 1..2, got {n}")
+        return self.base + 46 + 2 * (n - 1)
+
+    def spark_worker_ui(self, n: int) -> int:
+        return self.spark_worker(n) + 1
+
+    def spark_ports(self) -> dict[str, int]:
+        """Every port the Spark standalone cluster binds, by a name for error messages."""
+        ports = {"Spark master": self.spark_master, "Spark master UI": self.spark_master_ui}
+        for n in SPARK_WORKER_IDS:
+            ports[f"Spark worker {n}"] = self.spark_worker(n)
+            ports[f"Spark worker {n} UI"] = self.spark_worker_ui(n)
+        return ports
 
     def kafka_ports(self) -> dict[str, int]:
         """Every port the Kafka cluster binds, by a name for error messages."""

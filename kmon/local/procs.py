@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # Processes this Python process started and has not yet seen exit. Polling them collects their
@@ -22,18 +22,20 @@ from pathlib import Path
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def spawn(cmd: Sequence[str], log_path: Path, cwd: Path) -> int:
+def spawn(cmd: Sequence[str], log_path: Path, cwd: Path,
+          environ: Mapping[str, str] | None = None) -> int:
     """Start ``cmd`` in its own session, output appended to ``log_path``; returns its pid.
 
     Its own session: Ctrl-C in a terminal reaches kmon, which stops things in order, rather
-    than every server at once. Returns once the new program's command line is visible in
-    /proc: the parent can resume while the kernel is still inside exec, when the command
-    line reads empty and the pid would not yet pass ``read_pid``.
+    than every server at once (and ``session_members`` finds what the server started).
+    Returns once the new program's command line is visible in /proc: the parent can resume
+    while the kernel is still inside exec, when the command line reads empty and the pid would
+    not yet pass ``read_pid``. ``environ``: the child's environment (default: this one's).
     """
     with open(log_path, "ab") as log:
         child = subprocess.Popen(
             list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=cwd, start_new_session=True,
+            cwd=cwd, start_new_session=True, env=None if environ is None else dict(environ),
         )
     _children[child.pid] = child
     deadline = time.monotonic() + 5.0
@@ -74,6 +76,23 @@ def is_alive(pid: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def session_members(leader: int) -> list[int]:
+    """Pids of the live processes in the session ``leader`` leads (a server ``spawn`` started
+    and whatever it started in turn), the leader first."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the command name: state, ppid, pgrp, session, ...
+        if int(stat[stat.rindex(")") + 2:].split()[3]) == leader:
+            out.append(int(entry.name))
+    return sorted(out, key=lambda p: p != leader)
 
 
 def is_stopped(pid: int) -> bool:

@@ -14,6 +14,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,8 +56,13 @@ class MonitorProcess:
     """``kmon monitor`` in a process of its own (its own Spark driver), killable and restarted
     from its checkpoint."""
 
-    def __init__(self, cluster: LocalCluster, workdir: Path, tag: str, port: int) -> None:
+    def __init__(self, cluster: LocalCluster, workdir: Path, tag: str, port: int,
+                 settings: dict[str, str] | None = None,
+                 environ: dict[str, str] | None = None) -> None:
+        """``settings``: more ``--set`` settings (e.g. ``spark.*``); ``environ``: the driver's
+        environment (default: this process's)."""
         self.cluster, self.workdir, self.tag, self.port = cluster, workdir, tag, port
+        self.settings, self.environ = settings or {}, environ
         self.events_topic = f"kmon-ch-ev-{tag}"
         self.anomalies_topic = f"kmon-ch-an-{tag}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -66,7 +72,7 @@ class MonitorProcess:
     def command(self) -> list[str]:
         sets = {"topics.anomalies": self.anomalies_topic, "topics.facts": f"kmon-ch-fa-{self.tag}",
                 "topics.dead-letters": f"kmon-ch-dl-{self.tag}", "trigger": "1s",
-                "txn.trigger": "1s", **MONITOR_TIMING}
+                "txn.trigger": "1s", **MONITOR_TIMING, **self.settings}
         cmd = [sys.executable, "-X", "faulthandler", "-m", "kmon.cli", "monitor",
                "-b", self.cluster.bootstrap, "--events-topic", self.events_topic,
                "--checkpoint", str(self.workdir / "checkpoint"),
@@ -79,7 +85,7 @@ class MonitorProcess:
         self.starts += 1
         logf = open(self.workdir / f"monitor-{self.starts}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
-                                     preexec_fn=core_dumps, cwd=self.workdir)
+                                     preexec_fn=core_dumps, cwd=self.workdir, env=self.environ)
         logf.close()
 
     def kill(self) -> int:
@@ -212,7 +218,7 @@ class Chaos:
         self.tag = uuid.uuid4().hex[:6]
         self.nemesis = Nemesis(cluster, proxy)
         self.monitor = MonitorProcess(cluster, self.workdir, self.tag,
-                                      cluster.ports.metrics(19))
+                                      cluster.ports.metrics(13))
         roles = {**SAFE_ROLES, **(LOSSY_ROLES if settings.lossy else {})}
         self.slots = {r: ProbeSlot(r, p, f"{self.tag}-{r}") for r, p in roles.items()}
         self.records: list[StepRecord] = []
@@ -280,13 +286,10 @@ class Chaos:
             write_schedule(self.workdir / "schedule.jsonl", self.records)
             if on_step is not None:
                 on_step(rec)
-            self._check_processes()
+            self.check_monitor()
         left = self.settings.minutes * 60 - (time.monotonic() - t0)
         if left > 0:
             time.sleep(left)
-
-    def _check_processes(self) -> None:
-        self.check_monitor()
 
     def check_monitor(self) -> None:
         """The monitor dying on its own (not killed by a step) is a crash: say so, with the
@@ -395,11 +398,10 @@ def _release(fault: Fault) -> None:
 @dataclass
 class EventsRead:
     """The events topic read back: each probe's ops by index (a copy the topic holds twice
-    counted in ``copies``, not kept), and how many records it holds (ticks included)."""
+    counted in ``copies``, not kept)."""
 
     ops: dict[str, list[Any]]
     copies: dict[str, int]
-    records: int
 
 
 def events_by_probe(bootstrap: str, topic: str) -> EventsRead:
@@ -418,27 +420,31 @@ def events_by_probe(bootstrap: str, topic: str) -> EventsRead:
             copies[op.meta.probe] += 1
         mine[op.index] = op
     ops = {p: [v[i] for i in sorted(v)] for p, v in by.items()}
-    return EventsRead(ops, dict(copies), len(msgs))
+    return EventsRead(ops, dict(copies))
 
 
 def settle(chaos: Chaos) -> None:
+    settle_monitor(chaos.monitor, chaos.settings.settle_timeout, chaos.check_monitor)
+
+
+def settle_monitor(monitor: MonitorProcess, timeout: float,
+                   check: Callable[[], None] = lambda: None) -> None:
     """Wait until the monitor committed every event now in its topic, then move its watermark
     past every grace period with clock ticks (twice: stage 2 decides on what stage 1's
-    decisions sent)."""
+    decisions sent). ``check`` runs while waiting (e.g. restarting a monitor that died)."""
     from confluent_kafka import Producer
 
     from kmon.streaming import replay
 
-    timeout = chaos.settings.settle_timeout
+    bootstrap = monitor.cluster.bootstrap
     for round_ in range(3):
-        _wait_committed(chaos, end_offsets(chaos.cluster.bootstrap, chaos.monitor.events_topic),
-                        timeout)
+        wait_committed(monitor, end_offsets(bootstrap, monitor.events_topic), timeout, check)
         if round_ == 2:
             break
         time.sleep(5 + 10 + 2)  # watermark delay + grace + two triggers (MONITOR_TIMING)
-        producer = Producer({"bootstrap.servers": chaos.cluster.bootstrap})
+        producer = Producer({"bootstrap.servers": bootstrap})
         try:
-            replay.produce(producer, chaos.monitor.events_topic,
+            replay.produce(producer, monitor.events_topic,
                            [replay.clock_tick(time.time_ns(), "chaos-clock")])
         finally:
             producer.close()
@@ -478,16 +484,19 @@ def committed_offsets(checkpoint: Path) -> dict[int, int]:
     return out
 
 
-def _wait_committed(chaos: Chaos, ends: dict[int, int], timeout: float) -> None:
-    checkpoint = chaos.monitor.workdir / "checkpoint"
+def wait_committed(monitor: MonitorProcess, ends: dict[int, int], timeout: float,
+                   check: Callable[[], None] = lambda: None) -> None:
+    """Wait until the monitor's stage 1 committed a batch reaching ``ends`` (partition ->
+    offset) on every events partition; ``check`` runs between looks."""
+    checkpoint = monitor.workdir / "checkpoint"
     deadline = time.monotonic() + timeout
     while True:
-        chaos.check_monitor()  # one that died meanwhile is a crash; the verdicts need it back
+        check()  # e.g. one that died meanwhile is a crash; the verdicts need it back
         done = committed_offsets(checkpoint)
         if all(done.get(p, 0) >= end for p, end in ends.items()):
             return
         if time.monotonic() > deadline:
-            m = chaos.monitor.metrics() or {}
+            m = monitor.metrics() or {}
             raise TimeoutError(f"the monitor committed events offsets {done} of {ends} in "
                                f"{timeout:.0f}s (kmon_monitor_events_total "
                                f"{m.get('kmon_monitor_events_total')})")

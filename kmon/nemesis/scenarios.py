@@ -152,7 +152,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                         "first fetched and drops them from every fetch answer, so readers pass "
                         "over them and no reader ever had them"),
     Scenario("torn-transaction", "kafka-proxied",
-             lambda c, p, prefix: _proxy_fault(c, "torn-transaction", prefix, 0.2, 2),
+             lambda c, p, prefix: _proxy_fault(c, "torn-transaction", prefix, 0.3, 4),
              duration=15.0, must=("torn-transaction",), origin="proxy",
              allowed=(*KAFKA_NORMAL, "lost-write", "poll-skip", "int-poll-skip", "unseen",
                       "nonmonotonic-send"),
@@ -161,7 +161,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              reproduces=f"[KAFKA-17754]({KAFKA_17754}) (reference 004, section 5.4: a produce "
                         "delayed past its transaction's end): some of a committed transaction's "
                         "writes visible, one never. The proxy acknowledges one partition's "
-                        "produce in 20% of transactional requests (at most 2) at the offset of "
+                        "produce in 30% of transactional requests (at most 4: a transaction "
+                        "that wrote one value, or failed to commit, tears nothing) at the "
+                        "offset of "
                         "that partition's last transaction marker (passed by readers, no value "
                         "there) and never forwards it; the client commits. Later sequence "
                         "numbers are moved back so the broker does not refuse the gap"),

@@ -207,12 +207,17 @@ def _pager_path(live: Live, local_cluster: LocalCluster) -> None:
     assert pager.firing_names() == [], "a healthy start paged"
 
     # 2. a real fault: one notification group naming cluster, topic, partition and broker
-    Nemesis(local_cluster).run(DeleteRecords(local_cluster, topic_prefix=live.probe_prefix),
-                               duration=0)
+    # Every partition: the one with most unread records is the one no reader polls before the
+    # probe's final read (twice on 2026-11-26, no page in 6 minutes); readers that do come
+    # back pass the deleted offsets of the others.
+    Nemesis(local_cluster).run(DeleteRecords(local_cluster, topic_prefix=live.probe_prefix,
+                                             count=64), duration=0)
     # the lagging readers must first read past the deleted offsets, then the grace period
     wait_until(lambda: bool(pager.firing(LOST)), "the lost-write page", timeout=360)
     first = pager.firing(LOST)
-    assert len(first) == 1, first
+    # One group: as other partitions' readers pass their deleted offsets, their alerts join
+    # it and Alertmanager notifies the group again (group_interval), never a second group.
+    assert len({json.dumps(n["groupLabels"], sort_keys=True) for n in first}) == 1, first
     alerts = first[0]["alerts"]
     assert len({a["fingerprint"] for a in alerts}) == len(alerts)
     labels = alerts[0]["labels"]
@@ -264,7 +269,7 @@ def _pager_path(live: Live, local_cluster: LocalCluster) -> None:
             os.kill(jvm, signal.SIGCONT)
     # Through the restart and the stall, the old verdict was never paged again.
     assert len(pager.firing(LOST)) == pages_before, pager.firing(LOST)
-    assert [n for n in pager.firing_names() if n.startswith(rules.ANOMALY_ALERT_PREFIX)] == [LOST]
+    assert {n for n in pager.firing_names() if n.startswith(rules.ANOMALY_ALERT_PREFIX)} == {LOST}
     assert all(len(starts) == 1 for starts in pager.activations().values()), pager.activations()
 
     # 5. every broker paused: the probe is blind, and that pages

@@ -40,6 +40,7 @@ deadline = time.monotonic() + float(sys.argv[5])
 
 class Cluster:
     def client_config(self, **extra):
+        # log_level 0: the child's stderr is kept for the abort's stack, not client logs
         return {"bootstrap.servers": bootstrap, "log_level": 0, **extra}
 
 

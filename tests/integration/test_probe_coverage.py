@@ -127,7 +127,7 @@ def name(local_cluster: LocalCluster) -> Iterator[str]:
 def test_every_broker_leads_a_live_key_from_the_start(
     local_cluster: LocalCluster, tmp_path: Path, name: str,
 ) -> None:
-    probe = _probe(local_cluster, tmp_path, name, 16, **SPARSE)
+    probe = _probe(local_cluster, tmp_path, name, 7, **SPARSE)
     try:
         assert probe.brokers() == {"present": 3.0, "covered": 3.0}
         assert _leaders(local_cluster, _topics(local_cluster, name)) == {1, 2, 3}
@@ -140,7 +140,7 @@ def test_every_broker_leads_a_live_key_from_the_start(
 def test_coverage_off_reports_the_broker_left_out(
     local_cluster: LocalCluster, tmp_path: Path, name: str,
 ) -> None:
-    probe = _probe(local_cluster, tmp_path, name, 17, coverage="false", **SPARSE)
+    probe = _probe(local_cluster, tmp_path, name, 8, coverage="false", **SPARSE)
     try:
         got = probe.brokers()
     finally:
@@ -157,8 +157,8 @@ def test_the_coverage_alert_fires_live_for_the_probe_leaving_a_broker_out(
     rule_file = tmp_path / "rules.yml"
     rule_file.write_text(yaml.safe_dump(rules.prometheus_rules(
         "read_committed", RuleConfig(blind_for="10s"))))
-    off = _probe(local_cluster, tmp_path, name, 17, coverage="false", **SPARSE)
-    on = _probe(local_cluster, tmp_path, f"{name}on", 16, **SPARSE)
+    off = _probe(local_cluster, tmp_path, name, 8, coverage="false", **SPARSE)
+    on = _probe(local_cluster, tmp_path, f"{name}on", 7, **SPARSE)
     prom = LocalPrometheus(home=tmp_path, port_base=local_cluster.ports.base,
                            targets={"kmon-probe": [f"127.0.0.1:{off.port}",
                                                    f"127.0.0.1:{on.port}"]},
@@ -182,7 +182,7 @@ def test_the_coverage_alert_fires_live_for_the_probe_leaving_a_broker_out(
 def test_a_fourth_broker_joining_is_covered(
     local_cluster: LocalCluster, tmp_path: Path, name: str,
 ) -> None:
-    probe = _probe(local_cluster, tmp_path, name, 18)
+    probe = _probe(local_cluster, tmp_path, name, 9)
     extra: ExtraBroker | None = None
     try:
         assert probe.brokers() == {"present": 3.0, "covered": 3.0}
@@ -203,11 +203,11 @@ def test_a_fourth_broker_joining_is_covered(
 def test_five_restarts_create_no_topic(
     local_cluster: LocalCluster, tmp_path: Path, name: str,
 ) -> None:
-    _probe(local_cluster, tmp_path, name, 16).stop()
+    _probe(local_cluster, tmp_path, name, 7).stop()
     before = _topics(local_cluster, name)
     assert before
     created = []
     for _ in range(5):
-        created.append(_probe(local_cluster, tmp_path, name, 16).stop()["topics_created"])
+        created.append(_probe(local_cluster, tmp_path, name, 7).stop()["topics_created"])
     assert _topics(local_cluster, name) == before
     assert created == [0] * 5

@@ -6,13 +6,14 @@ import pytest
 
 from kmon import env
 from kmon.env import PORT_SPAN, SettingError
-from kmon.local.ports import BROKER_IDS, Ports
+from kmon.local.ports import BROKER_IDS, METRICS_SLOTS, Ports
 
 
 def _all_ports(base: int) -> list[int]:
     ports = Ports(base)
     return [
-        *ports.kafka_ports().values(), ports.prometheus, *(ports.metrics(s) for s in range(20)),
+        *ports.kafka_ports().values(), ports.prometheus,
+        *(ports.metrics(s) for s in range(METRICS_SLOTS)), *ports.spark_ports().values(),
         *(ports.extra_broker(n) for n in range(4, 8)),
     ]
 

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from kmon.local.artifacts import _pyspark_jars, pyspark_version
-from kmon.streaming.session import DEFAULT_MASTER, connector_jars, s3a_classpath, spark_conf
+from kmon.streaming.session import (
+    DEFAULT_MASTER,
+    archive_aliases,
+    connector_jars,
+    s3a_classpath,
+    spark_conf,
+)
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,3 +106,9 @@ def test_missing_s3a_jars_ask_for_setup(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.delenv("KMON_SPARK_JARS", raising=False)
     with pytest.raises(SettingError, match=r"run `kmon setup`"):
         s3a_classpath(tmp_path)
+
+
+def test_archive_aliases_name_where_spark_unpacks_each_archive() -> None:
+    assert archive_aliases("/a/kmon-env.tar.gz#environment, hdfs:///b/x.zip") == {
+        "environment", "x.zip"}
+    assert archive_aliases("") == set()

@@ -15,7 +15,7 @@ from kmon.checker.anomaly import UNSEEN
 from kmon.env import PORT_SPAN, SettingError
 from kmon.local.cluster import LocalCluster
 from kmon.local.kafka_config import broker_properties
-from kmon.local.ports import BROKER_IDS, Ports
+from kmon.local.ports import BROKER_IDS, METRICS_SLOTS, Ports
 from kmon.local.toxiproxy import LocalToxiproxy
 from kmon.nemesis import presets, scenarios
 from kmon.nemesis.network import KINDS
@@ -84,7 +84,8 @@ def test_the_nemesis_ports_fit_the_layout() -> None:
     kafka, proxy = ports.kafka_ports(), ports.toxiproxy_ports()
     every = [*kafka.values(), *proxy.values(), *ports.kafka_proxy_ports().values(),
              ports.kafka_proxy + 4, ports.prometheus, ports.alertmanager,
-             *(ports.metrics(s) for s in range(20))]
+             *(ports.metrics(s) for s in range(METRICS_SLOTS)),
+             *ports.spark_ports().values()]
     assert len(every) == len(set(every))
     assert all(20000 <= p < 20000 + PORT_SPAN // 2 for p in every)
     assert [ports.proxied_listener(n) for n in BROKER_IDS] == [20003, 20004, 20005]

@@ -172,6 +172,18 @@ def test_local_master_needs_no_api_access(helm: str) -> None:
     assert "executor-pod-template.yaml" not in by_kind(objs, "ConfigMap")["t-kmon-spark"]["data"]
 
 
+def test_standalone_master_ships_the_images_kmon_pack_archive(helm: str) -> None:
+    objs = objects(helm, "-f", str(CHART / "ci" / "local-master-values.yaml"),
+                   "--set", "monitor.spark.master=spark://spark-master:7077")
+    assert monitor_settings(objs)["spark.master"] == "spark://spark-master:7077"
+    defaults = by_kind(objs, "ConfigMap")["t-kmon-spark"]["data"]["spark-defaults.conf"]
+    # The Dockerfile's `kmon pack` output, run by executors that do not have kmon.
+    assert "spark.archives file:///opt/kmon/kmon-env.tar.gz#environment" in defaults
+    assert "spark.pyspark.python ./environment/bin/python" in defaults
+    assert "kmon pack --source /src -o /opt/kmon/kmon-env.tar.gz" in (
+        CHART.parents[1] / "Dockerfile").read_text()
+
+
 def test_operator_mode_renders_a_spark_application_the_service_selects(helm: str) -> None:
     objs = objects(helm, *BASE, "--set", "monitor.mode=operator")
     assert "t-kmon-monitor" not in by_kind(objs, "Deployment")

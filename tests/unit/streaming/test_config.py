@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kmon.streaming.config import ENV_CONFIG, ConfigError, load, parse_duration
+from kmon.streaming.config import (
+    CLUSTER_STATE_PARTITIONS,
+    ENV_CONFIG,
+    ConfigError,
+    load,
+    parse_duration,
+    state_partitions_for,
+)
 
 REQUIRED = ["kafka.bootstrap.servers=b:9092", "checkpoint=/tmp/ck"]
 
@@ -60,6 +67,8 @@ def test_config_path_from_environment(tmp_path) -> None:
     (["txn.retention=forever"], "txn.retention"),
     (["txn.trigger=0"], "txn.trigger"),
     (["txn.max.writers=3"], "txn.max.writers"),
+    (["state.partitions=0"], "state.partitions"),
+    (["state.partitions=many"], "state.partitions"),
     (["tirgger=1s"], "tirgger"),
     (["no-equals-sign"], "no-equals-sign"),
 ])
@@ -140,3 +149,16 @@ def test_kmon_monitor_refuses_a_bad_cluster_at_once(capsys) -> None:
     assert main(["monitor", "-b", "b:9092", "--checkpoint", "/tmp/ck",
                  "--set", "cluster=no good"]) == 2
     assert capsys.readouterr().err.startswith("kmon: error: cluster: ")
+
+
+def test_state_partitions_use_a_clusters_cores_and_leave_room_to_grow() -> None:
+    auto = load(overrides=REQUIRED, env={})
+    assert auto.state_partitions is None
+    assert state_partitions_for(auto, "local[2]", 2) == 2  # one machine: its cores
+    assert state_partitions_for(auto, "spark://m:7077", 4) == CLUSTER_STATE_PARTITIONS == 16
+    assert state_partitions_for(auto, "k8s://https://api:6443", 48) == 48
+    shuffle = load(overrides=[*REQUIRED, "spark.sql.shuffle.partitions=6"], env={})
+    assert state_partitions_for(shuffle, "spark://m:7077", 4) == 6  # Spark's own setting
+    fixed = load(overrides=[*REQUIRED, "state.partitions=32",
+                            "spark.sql.shuffle.partitions=6"], env={})
+    assert state_partitions_for(fixed, "local[2]", 2) == 32  # the kmon setting wins
