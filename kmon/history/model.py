@@ -3,8 +3,9 @@
 A *history* is a sequence of ops. Each logical process alternates an ``invoke`` with its
 completion (``ok``, ``fail`` or ``info``), like Jepsen's queue workload:
 
-- ``f`` is one of ``send``, ``poll``, ``txn`` (micro-ops), ``assign``, ``subscribe`` (a list of
-  keys) or ``crash`` (the process's clients were torn down; no value).
+- ``f`` is one of ``send``, ``poll``, ``txn`` (micro-ops), ``commit`` (micro-ops: an offset
+  commit of the process's consumer group), ``assign``, ``subscribe`` (a list of keys) or
+  ``crash`` (the process's clients were torn down; no value).
 - A *key* names one topic-partition; keys and values are opaque ints or strings and keep their
   types end to end.
 - Micro-ops (mops), normalised on decode so detectors never re-parse wire shapes:
@@ -14,7 +15,15 @@ completion (``ok``, ``fail`` or ``info``), like Jepsen's queue workload:
   ``("send", key, value, off)``   a send whose completion reported offset ``off``
   ``("poll", None)``              a poll as invoked
   ``("poll", {key: [(off, value), ...]})``  a completed poll: records per key, in poll order
+  ``("commit", key, off)``        the group's committed offset for ``key`` set to ``off`` (the
+                                  next offset to read), in a ``commit`` op or, sent with
+                                  ``send_offsets_to_transaction``, in a ``txn`` op
   ============================  ==============================================================
+
+- Committed offsets are data (``__consumer_offsets``): ``OpMeta.group`` names the consumer group
+  an op's commits and assignments belong to, and ``OpMeta.starts`` where each partition the op
+  assigned starts (``Start``): the probe looks the committed offset up and assigns it (see
+  ``kmon.checker.offsets`` for what is checked).
 
 Codecs (JSON, JSONL, EDN, Avro) convert Jepsen's wire shapes (``["send", k, [off, v]]``,
 ``["poll", {k: [[off, v], ...]}]``) to and from this form.
@@ -30,14 +39,31 @@ Value = int | str
 Offset = int
 
 OpType = Literal["invoke", "ok", "fail", "info"]
-OpF = Literal["send", "poll", "txn", "assign", "subscribe", "crash"]
+OpF = Literal["send", "poll", "txn", "commit", "assign", "subscribe", "crash"]
 
 OP_TYPES: tuple[str, ...] = ("invoke", "ok", "fail", "info")
-OP_FS: tuple[str, ...] = ("send", "poll", "txn", "assign", "subscribe", "crash")
-MOP_FS: frozenset[str] = frozenset(("send", "poll", "txn"))
+OP_FS: tuple[str, ...] = ("send", "poll", "txn", "assign", "subscribe", "crash", "commit")
+MOP_FS: frozenset[str] = frozenset(("send", "poll", "txn"))  # ops of values (workload ops)
 
-# ("send", key, value, offset | None)  or  ("poll", {key: [(offset, value), ...]} | None)
+# ("send", key, value, offset | None), ("poll", {key: [(offset, value), ...]} | None) or
+# ("commit", key, offset)
 Mop = tuple
+
+# Where an assigned partition starts (``Start.source``):
+START_COMMITTED: Final = "committed"  # at the group's committed offset, as looked up
+START_RESET: Final = "reset"  # none committed: at the log start or end (auto.offset.reset)
+START_RESTORED: Final = "restored"  # where this consumer was before a rebalance took it
+START_CLIENT: Final = "client"  # left to the client library (offset unknown to the probe)
+START_SOURCES: tuple[str, ...] = (START_COMMITTED, START_RESET, START_RESTORED, START_CLIENT)
+
+
+@dataclass(slots=True, frozen=True)
+class Start:
+    """Where a consumer started a partition it was assigned: ``offset`` (None when the client
+    library placed it, or no committed offset and no reset applies), and why there."""
+
+    offset: int | None
+    source: str  # one of START_SOURCES
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,6 +95,8 @@ class OpMeta:
     error: str | None = None
     seek_to_beginning: bool = False
     placements: dict[Key, KeyPlacement] = field(default_factory=dict)
+    group: str | None = None  # the consumer group of the op's commits and assignments
+    starts: dict[Key, Start] = field(default_factory=dict)  # partitions the op assigned
     # On a completion: when its invocation happened (ns). Lets per-key consumers of op events,
     # which never see a poll's key-less invoke, stamp realtime lag with the invocation time.
     invoke_time: int | None = None
@@ -81,7 +109,7 @@ class Op:
     process: int | str
     type: str  # one of OP_TYPES
     f: str  # one of OP_FS
-    value: Any = None  # list[Mop] for send/poll/txn, list[Key] for assign/subscribe
+    value: Any = None  # list[Mop] for send/poll/txn/commit, list[Key] for assign/subscribe
     rebalance_log: tuple[Rebalance, ...] = ()
     meta: OpMeta | None = None
 
@@ -94,6 +122,12 @@ class Op:
         if self.f not in MOP_FS or not self.value:
             return []
         return [(m[1], m[2], m[3]) for m in self.value if m[0] == "send"]
+
+    def commits(self) -> list[tuple[Key, Offset]]:
+        """(key, offset) of each offset-commit mop (``commit`` and ``txn`` ops), in op order."""
+        if (self.f != "commit" and self.f != "txn") or not self.value:
+            return []
+        return [(m[1], m[2]) for m in self.value if m[0] == "commit"]
 
     def reads(self) -> dict[Key, list[tuple[Offset, Value]]]:
         """Records read per key across all poll mops, in op order."""
@@ -115,6 +149,10 @@ class Op:
 
 def send(key: Key, value: Value, offset: Offset | None = None) -> Mop:
     return ("send", key, value, offset)
+
+
+def commit(key: Key, offset: Offset) -> Mop:
+    return ("commit", key, offset)
 
 
 def poll(reads: dict[Key, list[tuple[Offset, Value]]] | None = None) -> Mop:
