@@ -50,6 +50,9 @@ from kmon.checker.anomaly import (
     LOST_WRITE,
     NONMONOTONIC_POLL,
     NONMONOTONIC_SEND,
+    OFFSET_COMMIT_LOST,
+    OFFSET_COMMIT_REREAD,
+    OFFSET_COMMIT_SKIP,
     POLL_SKIP,
     PRECOMMITTED_READ,
     TORN_TRANSACTION,
@@ -141,6 +144,9 @@ ANOMALY_SUMMARIES: dict[str, str] = {
     G0: "transactions formed a write cycle (G0)",
     G1C: "transactions formed a write-read cycle (G1c)",
     TORN_TRANSACTION: "a transaction is partly visible and partly provably invisible",
+    OFFSET_COMMIT_LOST: "a consumer group lost an acknowledged offset commit",
+    OFFSET_COMMIT_REREAD: "a consumer group's committed offset went back: consumers re-read",
+    OFFSET_COMMIT_SKIP: "a consumer group's committed offset jumped ahead: consumers skip",
 }
 
 

@@ -24,6 +24,10 @@ INT_NONMONOTONIC_SEND: Final = "int-nonmonotonic-send"
 G0: Final = "G0"
 G1C: Final = "G1c"
 TORN_TRANSACTION: Final = "torn-transaction"
+# Committed offsets (``offsets``): where an assigned consumer starts, against the group's commits
+OFFSET_COMMIT_LOST: Final = "offset-commit-lost"
+OFFSET_COMMIT_REREAD: Final = "offset-commit-reread"
+OFFSET_COMMIT_SKIP: Final = "offset-commit-skip"
 
 ANOMALY_TYPES: tuple[str, ...] = (
     INCONSISTENT_OFFSETS,
@@ -41,6 +45,9 @@ ANOMALY_TYPES: tuple[str, ...] = (
     G0,
     G1C,
     TORN_TRANSACTION,
+    OFFSET_COMMIT_LOST,
+    OFFSET_COMMIT_REREAD,
+    OFFSET_COMMIT_SKIP,
 )
 
 # Not errors, but verdicts the online monitor also emits as evidence.

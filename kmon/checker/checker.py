@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from kmon.checker import fold, realtime_lag
+from kmon.checker import fold, offsets, realtime_lag
 from kmon.checker.anomaly import (
     INT_NONMONOTONIC_POLL,
     INT_NONMONOTONIC_SEND,
@@ -100,6 +100,8 @@ class Checker:
             self.workload_ops += 1
         if ty == "invoke":
             self.invoked_at[process] = t
+            if f == "commit":
+                self._commit_invoked(op)
             return
         invoke_time = self.invoked_at.get(process)  # (pop with a default is a method call)
         if invoke_time is None:
@@ -115,7 +117,12 @@ class Checker:
         if (f == "assign" or f == "subscribe") and ty != "fail":
             self._reassigned(process, op.value)
         value = op.value
-        frags = split_fields(op.index, process, ty, f, t, value, op.rebalance_log, invoke_time)
+        if meta is not None and meta.group is not None:
+            frags = split_fields(op.index, process, ty, f, t, value, op.rebalance_log,
+                                 invoke_time, meta.group, meta.starts)
+        else:
+            frags = split_fields(op.index, process, ty, f, t, value, op.rebalance_log,
+                                 invoke_time)
         sink, cfg, keys = self.sink, self.fold_config, self.keys
         for fr in frags:
             st = keys.get(fr.key)
@@ -130,6 +137,15 @@ class Checker:
             for k, pairs in op.reads().items():
                 for _, v in pairs:
                     self.reads.add((op.index, k, v))
+
+    def _commit_invoked(self, op: Op) -> None:
+        """An offset commit in flight: it may take effect from now on (``offsets``)."""
+        meta = op.meta
+        if meta is None or meta.group is None:
+            return
+        for fr in split_fields(op.index, op.process, "invoke", "commit", op.time, op.value, (),
+                               op.time, meta.group):
+            fold.apply(self.key_state(fr.key), fr, self.fold_config, self.sink)
 
     def _route_facts(self) -> None:
         if self.sink.facts:
@@ -190,6 +206,8 @@ class Checker:
         """A crashed client's replacement consumer starts afresh: forget its positions."""
         for st in self.keys.values():
             st.procs.pop(process, None)
+            if st.groups:
+                offsets.crashed(st.groups, process)
         self.tracked.pop(process, None)
 
     def advance(self, watermark: int) -> None:

@@ -15,7 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kmon.checker import aborted_read, lost_write, poll_skip, realtime_lag, send_order, unseen
+from kmon.checker import (
+    aborted_read,
+    lost_write,
+    offsets,
+    poll_skip,
+    realtime_lag,
+    send_order,
+    unseen,
+)
 from kmon.checker.flags import (
     MULTI,
     OCCUPIED,
@@ -52,6 +60,10 @@ class FoldConfig:
 
 def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
     ty = fr.type
+    group = fr.group
+    if group is not None and fr.commits is not None:  # (an invoke too: in flight from now)
+        offsets.committed(st.groups, group, fr.commits, fr.process, fr.op, ty, fr.invoke_time,
+                          fr.time)
     if ty == "invoke":
         # Nothing to learn yet: a read that beats this op's completion waits for it
         # (KeyState.pending_reads), which the completion then settles.
@@ -70,6 +82,12 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
         _apply_sends(st, pp, fr, deadline, cfg.grace_ns is None, cfg.inline, sink)
     if fr.reads is not None:
         _apply_reads(st, pp, fr, deadline, cfg.inline, sink)
+        if fr.reads and st.groups:
+            offsets.first_read(st.groups, st.key, p, fr.reads[0][0], t, cfg.grace_ns, sink)
+    start = fr.start
+    if start is not None and group is not None:  # (after the reads, which may precede it)
+        offsets.started(st.groups, st.key, group, start.offset, start.source, p, fr.op,
+                        fr.invoke_time, t, cfg.grace_ns, sink)
     if cfg.collect_lags and ty == "ok" and (fr.f == "poll" or fr.f == "txn"):
         if pp.lag_pos >= st.last_revealed:  # caught up with everything known to exist
             sink.lags.append((fr.invoke_time, p, st.key, 0))
@@ -272,6 +290,8 @@ def advance(st: KeyState, watermark: int, cfg: FoldConfig, sink: Sink) -> None:
                 del st.pending_reads[code]
     if cfg.unseen_grace_ns is not None:
         unseen.decide(st, watermark, cfg.unseen_grace_ns, sink)
+    if st.groups and cfg.grace_ns is not None:
+        offsets.decide(st.groups, st.key, watermark, cfg.grace_ns, sink)
     if cfg.grace_ns is not None:
         horizon = watermark - cfg.grace_ns
         patience = cfg.unseen_grace_ns
@@ -308,6 +328,10 @@ def next_deadline(st: KeyState) -> int:
         for w in waiting:
             if w.deadline < due:
                 due = w.deadline
+    if st.groups:
+        groups_due = offsets.next_due(st.groups)
+        if groups_due < due:
+            due = groups_due
     return due
 
 

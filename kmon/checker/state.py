@@ -61,6 +61,7 @@ from kmon.checker.flags import (
     W_FAIL,
     W_OK,
 )
+from kmon.checker.offsets import GroupOffsets
 from kmon.checker.records import Crossing, Loose, PendingRead, ProcPos
 from kmon.checker.value_index import ValueIndex
 from kmon.checker.values import decode, encode
@@ -151,6 +152,7 @@ class KeyState:
         "flg",
         "frontier",
         "frontier_op",
+        "groups",
         "index",
         "key",
         "last_revealed",
@@ -199,6 +201,8 @@ class KeyState:
         self.frontier = -1  # highest offset any poll has read
         self.frontier_op = -1
         self.procs: dict[Any, ProcPos] = {}
+        # consumer group -> its committed offset of this key, as commits and starts show it
+        self.groups: dict[str, GroupOffsets] = {}
         self.late = 0  # observations of compacted offsets (not checkable any more)
         self.unseen_decided = 0  # acked values given an unseen verdict and compacted
         self.unseen_from = 0  # no undecided acknowledged-unread value below this offset
@@ -471,6 +475,7 @@ class KeyState:
         for d in (self.vals, self.loose, self.pending_reads, self.procs, self.writers.wide):
             if d:
                 total += sys.getsizeof(d) + sum(sys.getsizeof(v) for v in d.values())
+        total += sum(g.nbytes() for g in self.groups.values())
         cands = (self.cand_due, self.cand_offset, self.cand_reader)
         return total + sum(memoryview(t).nbytes for t in cands)
 

@@ -11,7 +11,10 @@ restarts from its checkpoint). The format is a pickled dict:
   index's, the writer and time codecs');
 - ``arrays``: the packed tables in ``TABLES`` order, each as (array typecode, raw bytes);
 - ``loose``, ``pending_reads``, ``cands``, ``procs``: the records beside the window, as lists
-  (``records.py``: ``row``/``loose_of``...).
+  (``records.py``: ``row``/``loose_of``...);
+- ``groups`` (only when the key has any): each consumer group's committed-offset record
+  (``offsets.GroupOffsets.rows``). Added within version 3: a state saved without it loads
+  with none.
 
 Version 2 (before 2026-11-25) differs in three ways, each converted on load: its flags were 16
 unsigned bits with READ_OK in bit 15 (``flags_v2``), its writers 64-bit offsets from the first
@@ -29,6 +32,7 @@ from librt.vecs import vec
 from mypy_extensions import i16, i32, i64
 
 from kmon.checker.flags import READ_OK
+from kmon.checker.offsets import group_of
 from kmon.checker.records import PROC_FIELDS, ProcPos, loose_of, pending_read_of
 from kmon.checker.window_codec import NO_WRITER
 
@@ -69,6 +73,8 @@ def dump(st: KeyState) -> bytes:
                                                strict=True)],
         "procs": procs,
     }
+    if st.groups:
+        body["groups"] = {name: g.rows() for name, g in st.groups.items()}
     return pickle.dumps(body, protocol=5)
 
 
@@ -103,6 +109,8 @@ def load(st: KeyState, body: dict[str, Any]) -> None:
         for s, v in zip(PROC_FIELDS, fields, strict=True):
             setattr(pp, s, v)
         st.procs[p] = pp
+    for name, rows in body.get("groups", {}).items():
+        st.groups[name] = group_of(rows)
 
 
 def _load_tables(st: KeyState, tables: dict[str, tuple[str, bytes]]) -> None:

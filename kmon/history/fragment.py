@@ -8,20 +8,23 @@ The per-key fold only ever sees fragments, so the same code runs offline (one pr
 every key) and online (Spark grouping fragments by key). A fragment carries just what the key's
 checks need: the op's identity and outcome, its sends and reads of this key in op order, whether
 an assign/subscribe or a rebalance touched the key, and how many values the whole op wrote (ops
-writing two or more values are checked for atomicity by the transaction stage).
+writing two or more values are checked for atomicity by the transaction stage). Offset commits
+and assignment starts come with the consumer group they belong to (``kmon.checker.offsets``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from kmon.history.model import Op
+from kmon.history.model import Op, Start
 
 
 class Fragment:
     __slots__ = (
         "assigned",
+        "commits",
         "f",
+        "group",
         "invoke_time",
         "key",
         "n_writes",
@@ -30,6 +33,7 @@ class Fragment:
         "reads",
         "rebalanced",
         "sends",
+        "start",
         "time",
         "type",
     )
@@ -48,6 +52,9 @@ class Fragment:
         assigned: bool = False,
         rebalanced: bool = False,
         n_writes: int = 0,
+        group: str | None = None,
+        commits: list[int] | None = None,
+        start: Start | None = None,
     ) -> None:
         self.key = key
         self.op = op
@@ -64,27 +71,40 @@ class Fragment:
         self.assigned = assigned
         self.rebalanced = rebalanced
         self.n_writes = n_writes
+        self.group = group  # the consumer group of ``commits`` and ``start``
+        self.commits = commits  # offsets the op committed for this key (usually one)
+        self.start = start  # where the op's assignment started this key
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (
             f"Fragment(key={self.key!r}, op={self.op}, p={self.process!r}, {self.type} {self.f},"
             f" sends={self.sends}, reads={self.reads}, assigned={self.assigned},"
-            f" rebalanced={self.rebalanced}, n_writes={self.n_writes})"
+            f" rebalanced={self.rebalanced}, n_writes={self.n_writes}, group={self.group!r},"
+            f" commits={self.commits}, start={self.start})"
         )
 
 
 # A fragment as a plain tuple, its key aside (``to_row``/``from_row``): how the monitor moves a
 # key's fragments from the step that reads events to the key's fold, in one pickled value.
-FragmentRow = tuple[int, Any, str, str, int, int, Any, Any, bool, bool, int]
+# The last three (group, commits, start) only when the fragment has commits or a start.
+FragmentRow = tuple
 
 
 def to_row(fr: Fragment) -> FragmentRow:
+    if fr.group is None:
+        return (fr.op, fr.process, fr.type, fr.f, fr.time, fr.invoke_time, fr.sends, fr.reads,
+                fr.assigned, fr.rebalanced, fr.n_writes)
+    start = None if fr.start is None else (fr.start.offset, fr.start.source)
     return (fr.op, fr.process, fr.type, fr.f, fr.time, fr.invoke_time, fr.sends, fr.reads,
-            fr.assigned, fr.rebalanced, fr.n_writes)
+            fr.assigned, fr.rebalanced, fr.n_writes, fr.group, fr.commits, start)
 
 
 def from_row(key: Any, r: FragmentRow) -> Fragment:
-    return Fragment(key, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+    fr = Fragment(key, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+    if len(r) > 11:
+        fr.group, fr.commits = r[11], r[12]
+        fr.start = None if r[13] is None else Start(r[13][0], r[13][1])
+    return fr
 
 
 _MOP_FS: Final = frozenset(("send", "poll", "txn"))
@@ -96,23 +116,32 @@ def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
     Read lists are shared with the op, not copied: fragments are read-only.
     """
     it = op.time if invoke_time is None else invoke_time
+    meta = op.meta
+    if meta is not None and meta.group is not None:
+        return split_fields(op.index, op.process, op.type, op.f, op.time, op.value,
+                            op.rebalance_log, it, meta.group, meta.starts)
     return split_fields(op.index, op.process, op.type, op.f, op.time, op.value, op.rebalance_log,
                         it)
 
 
 def split_fields(
-    idx: int, proc: Any, ty: str, f: str, t: int, value: Any, rebalance_log: Any, it: int
+    idx: int, proc: Any, ty: str, f: str, t: int, value: Any, rebalance_log: Any, it: int,
+    group: str | None = None, starts: dict[Any, Start] | None = None,
 ) -> list[Fragment]:
     """``split`` for a caller that has already read the op's fields (each read of an
-    interpreted object's attribute costs more than the rest of the common case)."""
+    interpreted object's attribute costs more than the rest of the common case). ``group``
+    and ``starts``: the op's meta (an invoke is split only when it commits offsets)."""
     # (f in _MOP_FS as string comparisons: cheaper than a set lookup on the common path)
     if ((f == "send" or f == "poll" or f == "txn") and type(value) is list and len(value) == 1
-            and not (rebalance_log and ty != "invoke")):
+            and not (rebalance_log and ty != "invoke") and not starts):
         frags = _one_mop(value[0], idx, proc, ty, f, t, it)
         if frags is not None:
             return frags
     by_key: dict[Any, Fragment] = {}
-    if f in _MOP_FS and value:
+    if f == "commit":
+        if value and group is not None:
+            _add_commits(by_key, value, idx, proc, ty, f, t, it, group)
+    elif f in _MOP_FS and value:
         n_writes = 0
         # Typed as a list of tuples (copies only for other sequences, which index alike), so
         # compiled code walks and indexes them directly.
@@ -136,7 +165,32 @@ def split_fields(
                 if fr is None:
                     fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
                 fr.rebalanced = True
+    if starts and group is not None and ty != "invoke":
+        for k, start in starts.items():
+            fr = by_key.get(k)
+            if fr is None:
+                fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
+            fr.group, fr.start = group, start
+    if f == "txn" and group is not None and value and ty != "invoke":
+        _add_commits(by_key, value, idx, proc, ty, f, t, it, group)
     return list(by_key.values())
+
+
+def _add_commits(by_key: dict[Any, Fragment], value: Any, idx: int, proc: Any, ty: str, f: str,
+                 t: int, it: int, group: str) -> None:
+    """The offsets committed per key by a commit op, or sent by a transaction."""
+    for m in value:
+        if m[0] != "commit":
+            continue
+        k = m[1]
+        fr = by_key.get(k)
+        if fr is None:
+            fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
+        fr.group = group
+        if fr.commits is None:
+            fr.commits = [m[2]]
+        else:
+            fr.commits.append(m[2])
 
 
 def _add_mop(by_key: dict[Any, Fragment], m: tuple, idx: int, proc: Any, ty: str, f: str,

@@ -111,6 +111,9 @@ PAGING = {
     "int-nonmonotonic-poll": "a single poll returned records out of offset order",
     "int-nonmonotonic-send": "a single op's sends landed out of order",
     "torn-transaction": "a transaction is partly visible and partly provably invisible",
+    "offset-commit-lost": "a consumer group lost an acknowledged offset commit",
+    "offset-commit-reread": "a consumer group's committed offset went back: consumers re-read",
+    "offset-commit-skip": "a consumer group's committed offset jumped ahead: consumers skip",
 }
 
 
