@@ -3,7 +3,8 @@
 Toxiproxy degrades TCP; it cannot make a broker answer wrongly. The Kafka protocol proxy
 decodes every request and answer between the probe's clients and the brokers and, when told
 to, changes them the way Kafka-compatible brokers were seen to misbehave (spurious offsets,
-server-side filtering, torn transactions, aborted reads, duplicates: ``FAULTS``)::
+server-side filtering, torn transactions, aborted reads, duplicates, lost offset commits:
+``FAULTS``)::
 
     client ──► 127.0.0.1:<base+24> bootstrap, <base+24+n> broker n ──► PLAINTEXT listeners
                Kroxylicious, port per node, kmon.proxy.FaultFilter on every connection
@@ -51,7 +52,7 @@ MAIN_CLASS = "kmon.proxy.Main"
 MAX_NODE_ID = 4  # port per node for node ids 1..4 (base+25..28)
 # The proxy's faults (kmon.proxy.Faults); kmon.nemesis.protocol says what each imitates.
 FAULTS = ("spurious-offset", "server-side-filtering", "torn-transaction", "aborted-read",
-          "duplicate")
+          "duplicate", "lost-offset-commit")
 COMPLETE = ".complete"
 
 Log = Callable[[str], None]

@@ -18,6 +18,8 @@ torn-transaction       one partition's produce inside a transaction is acknowled
 aborted-read           a read_committed fetch is sent as read_uncommitted
 duplicate              a plain produce is sent twice with its idempotence (producer id,
                        sequence) stripped
+lost-offset-commit     a consumer group's offset commit is acknowledged and never forwarded
+                       (the group keeps its previous offsets: the next consumer re-reads)
 =====================  ======================================================================
 
 Each is bounded: ``rate`` of the eligible produces, batches or fetches, at most ``max_count``

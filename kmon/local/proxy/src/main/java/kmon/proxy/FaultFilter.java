@@ -12,6 +12,10 @@ import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.message.FetchRequestData;
 import org.apache.kafka.common.message.FetchResponseData;
 import org.apache.kafka.common.message.MetadataResponseData;
+import org.apache.kafka.common.message.OffsetCommitRequestData;
+import org.apache.kafka.common.message.OffsetCommitResponseData;
+import org.apache.kafka.common.message.OffsetCommitResponseData.OffsetCommitResponsePartition;
+import org.apache.kafka.common.message.OffsetCommitResponseData.OffsetCommitResponseTopic;
 import org.apache.kafka.common.message.ProduceRequestData;
 import org.apache.kafka.common.message.ProduceRequestData.PartitionProduceData;
 import org.apache.kafka.common.message.ProduceRequestData.TopicProduceData;
@@ -27,6 +31,7 @@ import io.kroxylicious.proxy.filter.FetchRequestFilter;
 import io.kroxylicious.proxy.filter.FetchResponseFilter;
 import io.kroxylicious.proxy.filter.FilterContext;
 import io.kroxylicious.proxy.filter.MetadataResponseFilter;
+import io.kroxylicious.proxy.filter.OffsetCommitRequestFilter;
 import io.kroxylicious.proxy.filter.ProduceRequestFilter;
 import io.kroxylicious.proxy.filter.ProduceResponseFilter;
 import io.kroxylicious.proxy.filter.RequestFilterResult;
@@ -38,7 +43,7 @@ import io.kroxylicious.proxy.filter.ResponseFilterResult;
  * through {@link Control}, and then touch only topics under the activation's prefix.
  */
 final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
-        ProduceResponseFilter, FetchRequestFilter, FetchResponseFilter {
+        ProduceResponseFilter, FetchRequestFilter, FetchResponseFilter, OffsetCommitRequestFilter {
 
     /** Fetch v13+ names topics by id: learnt from the metadata answers clients get. */
     private static final Map<Uuid, String> TOPIC_NAMES = new ConcurrentHashMap<>();
@@ -266,5 +271,36 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
         kept.forEach(b -> b.writeTo(buf));
         buf.flip();
         return MemoryRecords.readableRecords(buf);
+    }
+
+    // --- offset commits --------------------------------------------------------------------
+
+    /**
+     * A consumer group's offset commit acknowledged and never forwarded: the coordinator keeps
+     * the group's previous offsets, and the next consumer assigned the partitions starts there
+     * (it re-reads). Only requests whose every topic is under the prefix are touched.
+     */
+    @Override
+    public CompletionStage<RequestFilterResult> onOffsetCommitRequest(short version,
+            RequestHeaderData header, OffsetCommitRequestData request, FilterContext ctx) {
+        Activation a = Faults.get(Faults.LOST_OFFSET_COMMIT);
+        if (a == null || request.topics().isEmpty()
+                || !request.topics().stream().allMatch(t -> a.matches(t.name()))
+                || !a.draw(request.topics().get(0).name())) {
+            return ctx.forwardRequest(header, request);
+        }
+        OffsetCommitResponseData response = new OffsetCommitResponseData();
+        for (var t : request.topics()) {
+            OffsetCommitResponseTopic rt = new OffsetCommitResponseTopic().setName(t.name());
+            for (var p : t.partitions()) {
+                rt.partitions().add(new OffsetCommitResponsePartition()
+                        .setPartitionIndex(p.partitionIndex()).setErrorCode((short) 0));
+                Faults.note("lost-offset-commit: group " + request.groupId() + " " + t.name()
+                        + "/" + p.partitionIndex() + " at " + p.committedOffset()
+                        + " acknowledged, never forwarded");
+            }
+            response.topics().add(rt);
+        }
+        return ctx.requestFilterResultBuilder().shortCircuitResponse(response).completed();
     }
 }

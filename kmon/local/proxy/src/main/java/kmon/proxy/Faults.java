@@ -19,8 +19,9 @@ final class Faults {
     static final String TORN_TRANSACTION = "torn-transaction";
     static final String ABORTED_READ = "aborted-read";
     static final String DUPLICATE = "duplicate";
+    static final String LOST_OFFSET_COMMIT = "lost-offset-commit";
     static final Set<String> NAMES = Set.of(SPURIOUS_OFFSET, FILTERED_FETCH, TORN_TRANSACTION,
-            ABORTED_READ, DUPLICATE);
+            ABORTED_READ, DUPLICATE, LOST_OFFSET_COMMIT);
     private static final int LOG_LINES = 200;
 
     private static final Map<String, Activation> ACTIVE = new ConcurrentHashMap<>();
