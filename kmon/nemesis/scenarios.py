@@ -185,6 +185,16 @@ SCENARIOS: tuple[Scenario, ...] = (
                         "records of aborted transactions read by read_committed consumers). The "
                         "proxy sends every read_committed fetch as read_uncommitted while many "
                         "transactions abort"),
+    Scenario("lost-offset-commit", "kafka-proxied",
+             lambda c, p, prefix: _proxy_fault(c, "lost-offset-commit", prefix, 1.0, 0),
+             duration=10.0, must=("offset-commit-reread",), origin="proxy",
+             note="offset commits acknowledged and never stored: the next consumer re-reads",
+             reproduces="a consumer group's committed offsets lost by the broker that "
+                        "acknowledged them (issue 28: committed offsets are data; a coordinator "
+                        "that answers before its write is durable, or loses it in a failover, "
+                        "does this). The proxy answers every offset commit of the probe's "
+                        "groups for 10 s with success and forwards none: the coordinator keeps "
+                        "the older offsets, and consumers assigned the partitions start there"),
     Scenario("duplicated-produce", "kafka-proxied",
              lambda c, p, prefix: _proxy_fault(c, "duplicate", prefix, 0.3, 5),
              duration=10.0, must=("duplicate",), origin="proxy",
