@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from kmon.nemesis.base import Fault
 from kmon.nemesis.network import NetworkFault
+from kmon.nemesis.offsets_unclean import OffsetsUncleanElection
 from kmon.nemesis.process import Crash, Pause
 from kmon.nemesis.protocol import ProtocolFault, kafka_proxy_of
 from kmon.nemesis.records import DeleteRecords
@@ -112,6 +113,13 @@ SCENARIOS: tuple[Scenario, ...] = (
              allowed=(*KAFKA_NORMAL, "lost-write", "inconsistent-offsets", "poll-skip",
                       "nonmonotonic-poll", "nonmonotonic-send", "unseen"),
              note="acks=1 records on the leader alone vanish; their offsets are reused"),
+    Scenario("offsets-unclean", "safe",
+             # The assign-mode group: assign ops and the final read look its offsets up.
+             lambda c, p, prefix: OffsetsUncleanElection(c, group=f"{prefix}-assign", lag=6.0),
+             duration=10.0, any_of=("offset-commit-reread", "offset-commit-lost"),
+             allowed=(*KAFKA_NORMAL, "offset-commit-reread", "offset-commit-lost"),
+             note="the group's __consumer_offsets partition elected uncleanly: 6 s of "
+                  "acknowledged offset commits vanish; consumers re-read"),
     Scenario("idempotence-off", "idempotence-off",
              lambda c, p, prefix: NetworkFault(
                  p, "timeout", [_leader(c, prefix)], cluster=c),
