@@ -18,7 +18,7 @@ from kmon.history.jsonio import (
     iter_jsonl,
     op_to_json,
 )
-from kmon.history.model import KeyPlacement, Op, OpMeta, Rebalance, poll, send
+from kmon.history.model import KeyPlacement, Op, OpMeta, Rebalance, Start, commit, poll, send
 from kmon.history.wire import op_from_wire
 
 __all__ = [
@@ -28,6 +28,8 @@ __all__ = [
     "Op",
     "OpMeta",
     "Rebalance",
+    "Start",
+    "commit",
     "dump_json",
     "dump_jsonl",
     "iter_json",

@@ -9,10 +9,11 @@ colon: ``:send`` is ``"send"``). Field names, with the aliases the loader also a
 ``time``                 int nanoseconds, optional (0 when absent)
 ``process``              int, or a string such as Jepsen's ``"nemesis"``
 ``type``                 ``invoke`` / ``ok`` / ``fail`` / ``info`` (anything else is an error)
-``f``                    ``send`` / ``poll`` / ``txn`` / ``assign`` / ``subscribe`` / ``crash``;
-                         other strings (nemesis ops such as ``start-partition``) are kept as is
-``value``                send/poll/txn: a list of micro-ops; assign/subscribe: a list of keys;
-                         any other f: kept as is
+``f``                    ``send`` / ``poll`` / ``txn`` / ``commit`` / ``assign`` /
+                         ``subscribe`` / ``crash``; other strings (nemesis ops such as
+                         ``start-partition``) are kept as is
+``value``                send/poll/txn/commit: a list of micro-ops; assign/subscribe: a list of
+                         keys; any other f: kept as is
 ``rebalance-log``        (``rebalance_log``) Jepsen's ``[{"type": "revoked", "keys": [k, ...]},
                          ...]``; other shapes are read leniently: every map with ``keys`` is
                          one event, kind from ``type`` or ``kind`` (``""`` when absent), maps
@@ -36,6 +37,12 @@ kmon probe extras (each optional; an op carrying none of them nor ``seek-to-begi
 ``placements``          ``[{"key": k, "topic": t, "partition": p, "leader": id|null,
                         "leader-epoch": e|null}, ...]`` (``leader_epoch`` accepted)
 ``invoke-time``         (``invoke_time``) int or null: on a completion, its invocation's time
+``group``               string or null: the consumer group of the op's offset commits and
+                        assignments
+``starts``              ``[{"key": k, "offset": off|null, "source": s}, ...]``: where each
+                        partition the op assigned started; ``source`` is ``committed``,
+                        ``reset``, ``restored`` or ``client`` (``kmon.history.model.Start``;
+                        other strings are kept, for sources newer than this reader)
 ======================  ======================================================================
 
 Micro-ops (keys and values are ints or strings; offsets ints):
@@ -45,11 +52,14 @@ Micro-ops (keys and values are ints or strings; offsets ints):
   ``["send", k, offset, v]`` is accepted too.
 - ``["poll"]`` (or ``["poll", null]``) as invoked; ``["poll", {k: [[offset, v], ...]}]``
   completed; kmon's typed form ``["poll", [[k, [[offset, v], ...]], ...]]`` is accepted too.
+- ``["commit", k, offset]``: the consumer group's committed offset of ``k`` set to ``offset`` (the
+  next offset to read), in ``commit`` ops and in ``txn`` ops (offsets sent with the transaction).
+  Jepsen has no such micro-op; kmon's probes write it.
 
 **Key typing (JSON and JSONL only).** A JSON object key is always a string, so the loader decides
 the type of each key of a poll's object form from the keys seen *in typed positions* so far in the
-file (send keys, assign/subscribe values, rebalance-log keys, placement keys; the current op's
-included):
+file (send and commit keys, assign/subscribe values, rebalance-log keys, placement and start keys;
+the current op's included):
 
 1. a key that is not a canonical decimal integer (``0``, ``42``, ``-7``; not ``007``, ``+1``,
    ``1.0``) is a string;
@@ -79,9 +89,12 @@ from kmon.history.model import (
     Op,
     OpMeta,
     Rebalance,
+    Start,
 )
 
 KEY_LIST_FS = frozenset(("assign", "subscribe"))
+# Ops whose value is a list of micro-ops: the workload's (MOP_FS) and offset commits.
+MOP_LIST_FS = MOP_FS | frozenset(("commit",))
 
 # Canonical name -> every spelling the loader accepts, canonical first.
 FIELD_ALIASES: dict[str, tuple[str, ...]] = {
@@ -94,6 +107,8 @@ FIELD_ALIASES: dict[str, tuple[str, ...]] = {
     "error": ("error",),
     "placements": ("placements",),
     "invoke-time": ("invoke-time", "invoke_time"),
+    "group": ("group",),
+    "starts": ("starts",),
 }
 META_FIELDS = tuple(name for name in FIELD_ALIASES if name != "rebalance-log")
 
@@ -207,7 +222,7 @@ def _message_value(x: Any, field: str) -> int | str:
 
 
 def _value(f: str, value: Any, typing: KeyTyping | None) -> Any:
-    if f in MOP_FS:
+    if f in MOP_LIST_FS:
         items = _list(value, "value", "a list of micro-ops")
         return [_mop(m, f"value[{i}]", typing) for i, m in enumerate(items)]
     if f in KEY_LIST_FS:
@@ -230,8 +245,11 @@ def _mop(m: Any, field: str, typing: KeyTyping | None) -> tuple:
         return _send(m, field)
     if head == "poll":
         return _poll(m, field, typing)
+    if head == "commit":
+        return _commit(m, field)
     raise HistoryError(
-        f'expected ["send", key, value] or ["poll", ...], got {show(m)}', field=field
+        f'expected ["send", key, value], ["poll", ...] or ["commit", key, offset], got {show(m)}',
+        field=field,
     )
 
 
@@ -249,6 +267,12 @@ def _send(m: list, field: str) -> tuple:
         raise HistoryError(f'expected ["send", key, value], got {show(m)}', field=field)
     offset = _int(offset, field, optional=True)
     return ("send", key(k, field), _message_value(v, field), offset)
+
+
+def _commit(m: list, field: str) -> tuple:
+    if len(m) != 3:
+        raise HistoryError(f'expected ["commit", key, offset], got {show(m)}', field=field)
+    return ("commit", key(m[1], field), _int(m[2], field))
 
 
 def _poll(m: list, field: str, typing: KeyTyping | None) -> tuple:
@@ -334,6 +358,8 @@ def _meta(raw: Mapping[str, Any]) -> OpMeta | None:
         error=error if error is None or isinstance(error, str) else compact_json(error),
         seek_to_beginning=False if seek is None else _bool(seek, "seek-to-beginning?"),
         placements=_placements(p["placements"]),
+        group=_str(p["group"], "group", optional=True),
+        starts=_starts(p["starts"]),
         invoke_time=_int(p["invoke-time"], "invoke-time", optional=True),
     )
 
@@ -375,6 +401,22 @@ def _placements(x: Any) -> dict[Key, KeyPlacement]:
     return out
 
 
+def _starts(x: Any) -> dict[Key, Start]:
+    out: dict[Key, Start] = {}
+    for i, s in enumerate(_list(x, "starts", "a list of starts")):
+        field = f"starts[{i}]"
+        if not isinstance(s, dict):
+            raise HistoryError(f"expected an object, got {show(s)}", field=field)
+        k = key(s.get("key"), f"{field}.key")
+        if k in out:
+            raise HistoryError(f"key {show(k)} started twice", field=field)
+        out[k] = Start(
+            offset=_int(s.get("offset"), f"{field}.offset", optional=True),
+            source=_str(s.get("source"), f"{field}.source"),
+        )
+    return out
+
+
 def _note_typed_keys(
     raw: Mapping[str, Any],
     f: str,
@@ -384,11 +426,14 @@ def _note_typed_keys(
 ) -> None:
     """Record this op's keys whose JSON type is exact, before its poll maps are read."""
     value = raw.get("value")
-    if isinstance(value, list) and f in MOP_FS:
+    if isinstance(value, list) and f in MOP_LIST_FS:
         typing.note(
             m[1]
             for m in value
-            if isinstance(m, list) and len(m) >= 3 and m[0] == "send" and type(m[1]) in (int, str)
+            if isinstance(m, list)
+            and len(m) >= 3
+            and m[0] in ("send", "commit")
+            and type(m[1]) in (int, str)
         )
     elif isinstance(value, list) and f in KEY_LIST_FS:
         typing.note(k for k in value if type(k) in (int, str))
@@ -396,6 +441,7 @@ def _note_typed_keys(
         typing.note(r.keys)
     if meta is not None:
         typing.note(meta.placements)
+        typing.note(meta.starts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,18 +473,19 @@ def op_to_wire(op: Op, typing: KeyTyping | None = None) -> dict[str, Any]:
 
 def typed_keys(op: Op) -> Iterator[Key]:
     """The keys of ``op`` in positions where JSON keeps their type (see the key-typing rule)."""
-    if op.f in MOP_FS and op.value:
-        yield from (m[1] for m in op.value if m[0] == "send")
+    if op.f in MOP_LIST_FS and op.value:
+        yield from (m[1] for m in op.value if m[0] == "send" or m[0] == "commit")
     elif op.f in KEY_LIST_FS and op.value:
         yield from op.value
     for r in op.rebalance_log:
         yield from r.keys
     if op.meta is not None:
         yield from op.meta.placements
+        yield from op.meta.starts
 
 
 def _value_to_wire(op: Op, typing: KeyTyping) -> Any:
-    if op.f in MOP_FS:
+    if op.f in MOP_LIST_FS:
         return [_mop_to_wire(m, op.type, typing) for m in op.value or ()]
     if op.f in KEY_LIST_FS:
         return list(op.value or ())
@@ -451,6 +498,8 @@ def _mop_to_wire(m: tuple, type_: str, typing: KeyTyping) -> list:
         if type_ == "invoke" and offset is None:
             return ["send", k, v]
         return ["send", k, [offset, v]]
+    if m[0] == "commit":
+        return ["commit", m[1], m[2]]
     reads = m[1]
     if reads is None:
         return ["poll"]
@@ -479,6 +528,12 @@ def _meta_to_wire(meta: OpMeta) -> dict[str, Any]:
         out["seek-to-beginning?"] = True
     if meta.invoke_time is not None:
         out["invoke-time"] = meta.invoke_time
+    if meta.group is not None:
+        out["group"] = meta.group
+    if meta.starts:
+        out["starts"] = [
+            {"key": k, "offset": s.offset, "source": s.source} for k, s in meta.starts.items()
+        ]
     if meta.placements:
         out["placements"] = [
             {

@@ -8,7 +8,7 @@ import pytest
 
 from kmon.history import HistoryError, KeyPlacement, Op, OpMeta, Rebalance, load, loads
 from kmon.history.edn import BATCH, iter_edn
-from kmon.history.model import poll, send
+from kmon.history.model import Start, commit, poll, send
 
 # Hand-written in the shape of a Jepsen queue-workload history.edn (one op map per line, keys in
 # Jepsen's print order, a record tag, a rebalance log, nemesis ops with sets, a Jepsen abort error
@@ -108,6 +108,24 @@ def test_probe_extras_in_edn():
         deliberate_abort=True,
         placements={3: KeyPlacement("kmon", 2, 1, 7)},
     )
+
+
+def test_commit_ops_group_and_starts_in_edn():
+    # Jepsen has none of these; kmon reads them in the same shapes as JSON, keywords or not.
+    text = (
+        '{:index 0, :type :ok, :process 1, :f :commit, :value [[:commit 3 12] [:commit "k" 0]],'
+        ' :probe "p", :group "g"}\n'
+        '{:index 1, :type :ok, :process 1, :f :txn, :value [[:send 3 [0 1]] [:commit 3 13]]}\n'
+        '{:index 2, :type :ok, :process 1, :f :assign, :value [3 "k"], :group "g",'
+        ' :starts [{:key 3, :offset 12, :source "committed"} {:key "k", :offset nil,'
+        ' :source :client}]}'
+    )
+    ops = loads(text, "edn")
+    assert ops[0].value == [commit(3, 12), commit("k", 0)]
+    assert ops[0].meta == OpMeta(probe="p", group="g")
+    assert ops[1].commits() == [(3, 13)]
+    assert ops[2].meta == OpMeta(group="g", starts={3: Start(12, "committed"),
+                                                    "k": Start(None, "client")})
 
 
 def many(n: int) -> list[str]:

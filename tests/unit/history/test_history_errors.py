@@ -44,7 +44,8 @@ def test_unknown_f_is_not_an_error():
         ({"value": {"a": 1}}, 'field "value": expected a list of micro-ops, got {"a":1}'),
         (
             {"value": [["poll", {}], ["r", 1, None]]},
-            'field "value[1]": expected ["send", key, value] or ["poll", ...], got ["r",1,null]',
+            'field "value[1]": expected ["send", key, value], ["poll", ...] or '
+            '["commit", key, offset], got ["r",1,null]',
         ),
         (
             {"value": [["send", 1.5, 2]]},
@@ -104,6 +105,32 @@ def test_unknown_f_is_not_an_error():
             {"placements": {"1": {}}},
             'field "placements": expected a list of placements, got {"1":{}}',
         ),
+        (
+            {"f": "commit", "value": [["commit", 1]]},
+            'field "value[0]": expected ["commit", key, offset], got ["commit",1]',
+        ),
+        (
+            {"f": "commit", "value": [["commit", None, 4]]},
+            'field "value[0]": expected a key (integer or string), got null',
+        ),
+        (
+            {"value": [["commit", 1, "4"]]},
+            'field "value[0]": expected an integer, got "4"',
+        ),
+        ({"group": 3}, 'field "group": expected a string, got 3'),
+        (
+            {"starts": [{"key": 1, "offset": 0}]},
+            'field "starts[0].source": expected a string, got null',
+        ),
+        (
+            {"starts": [{"key": 1, "offset": 1.5, "source": "reset"}]},
+            'field "starts[0].offset": expected an integer, got 1.5',
+        ),
+        (
+            {"starts": [{"key": 1, "source": "client"}, {"key": 1, "source": "client"}]},
+            'field "starts[1]": key 1 started twice',
+        ),
+        ({"starts": {"1": {}}}, 'field "starts": expected a list of starts, got {"1":{}}'),
     ],
 )
 def test_field_errors(patch, message):

@@ -60,6 +60,14 @@ def test_assign_subscribe_rebalance_and_placement_keys_are_evidence_too():
     assert polled_key(jsonl(placed)) == "7"
 
 
+def test_commit_and_start_keys_are_evidence_too():
+    committed = {"index": 0, "process": 1, "type": "ok", "f": "commit",
+                 "value": [["commit", "7", 3]]}
+    assert polled_key(jsonl(committed, polled("7"))) == "7"
+    started = {**polled("7", 0), "starts": [{"key": "7", "offset": 0, "source": "reset"}]}
+    assert polled_key(jsonl(started)) == "7"
+
+
 def test_an_unseen_numeric_key_is_an_int_and_other_strings_stay_strings():
     assert polled_key(jsonl(polled("42", 0))) == 42
     assert polled_key(jsonl(sent("x"), polled("x"))) == "x"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kmon.history import KeyPlacement, Op, OpMeta, Rebalance, loads, op_to_json
-from kmon.history.model import poll, send
+from kmon.history.model import Start, commit, poll, send
 
 
 def jsonl(*ops: dict) -> list[Op]:
@@ -38,6 +38,8 @@ def test_op_fields_are_read_as_given():
         (["poll", {}], poll({})),  # completed, nothing read
         (["poll", {"1": [[0, 10], [1, 11]]}], poll({1: [(0, 10), (1, 11)]})),
         (["poll", [[1, [[0, 10]]], ["x", [[3, "y"]]]]], poll({1: [(0, 10)], "x": [(3, "y")]})),
+        (["commit", 1, 11], commit(1, 11)),  # an offset commit sent with the transaction
+        (["commit", "k", 0], commit("k", 0)),
     ],
 )
 def test_micro_op_shapes(mop, expected):
@@ -205,3 +207,54 @@ def test_writer_emits_probe_whenever_meta_is_set_so_meta_survives():
         "probe": "",
     }
     assert jsonl(op_to_json(bare)) == [bare]
+
+
+def test_commit_ops_carry_commit_micro_ops_the_group_and_the_model_accessor_works():
+    op = one(f="commit", value=[["commit", 1, 5], ["commit", "x", 9]], group="g")
+    assert op.value == [commit(1, 5), commit("x", 9)]
+    assert op.commits() == [(1, 5), ("x", 9)]
+    assert op.meta == OpMeta(group="g")
+    assert one(f="commit").value == []
+
+
+def test_a_txns_commit_micro_ops_sit_beside_its_sends_and_polls():
+    op = one(value=[["send", 1, [4, 10]], ["poll", {"2": [[7, 70]]}], ["commit", 2, 8]])
+    assert op.sends() == [(1, 10, 4)] and op.reads() == {2: [(7, 70)]}
+    assert op.commits() == [(2, 8)]
+
+
+def test_starts_keep_offset_source_and_key_types():
+    op = one(
+        f="assign",
+        value=[1, "1", 2],
+        group="g-assign",
+        starts=[
+            {"key": 1, "offset": 12, "source": "committed"},
+            {"key": "1", "offset": 0, "source": "reset"},
+            {"key": 2, "offset": None, "source": "client"},
+        ],
+    )
+    assert op.meta == OpMeta(
+        group="g-assign",
+        starts={1: Start(12, "committed"), "1": Start(0, "reset"), 2: Start(None, "client")},
+    )
+    assert [type(k) for k in op.meta.starts] == [int, str, int]
+
+
+def test_writer_emits_commit_mops_group_and_starts():
+    op = Op(
+        4,
+        9,
+        1,
+        "ok",
+        "commit",
+        [commit(1, 5)],
+        meta=OpMeta(probe="p", group="g", starts={"k": Start(None, "restored")}),
+    )
+    wire = op_to_json(op)
+    assert wire["value"] == [["commit", 1, 5]]
+    assert (wire["group"], wire["starts"]) == (
+        "g",
+        [{"key": "k", "offset": None, "source": "restored"}],
+    )
+    assert loads(json.dumps(wire), "jsonl") == [op]
