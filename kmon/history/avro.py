@@ -11,8 +11,11 @@
   is not one of the model's are not encodable (``EncodeError``).
 - Normalisation (everything else round-trips exactly): ``meta=None`` and an all-default
   ``OpMeta()`` (empty probe id, nothing else) are the same event and decode as ``None``; a
-  send/poll/txn or assign/subscribe op with value None decodes with ``[]``; a crash op's value
-  decodes as None.
+  send/poll/txn/commit or assign/subscribe op with value None decodes with ``[]``; a crash op's
+  value decodes as None.
+- Versions: v2 added the ``commit`` op and micro-op (``Mop.f`` ``commit``: key and offset),
+  ``group`` and ``starts``; v1 events decode with no group and no starts. A reader that knows
+  only v1 sends v2 events to the dead letters (unknown version): upgrade monitors first.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from typing import Any
 
 import fastavro
 
-from kmon.history.model import MOP_FS, OP_FS, KeyPlacement, Op, OpMeta, Rebalance
-from kmon.history.wire import KEY_LIST_FS
+from kmon.history.model import OP_FS, KeyPlacement, Op, OpMeta, Rebalance, Start
+from kmon.history.wire import KEY_LIST_FS, MOP_LIST_FS
 
-SCHEMA_VERSION = 1  # the version this code writes, and resolves older events to
+SCHEMA_VERSION = 2  # the version this code writes, and resolves older events to
 SCHEMA_HEADER = "kmon-schema"  # Kafka header naming an event's writer schema
 SCHEMA_NAME = "op-event"  # header value: "op-event/<version>"
 
@@ -143,7 +146,7 @@ def op_to_record(op: Op) -> dict[str, Any]:
         "process": op.process,
         "type": op.type,
         "f": op.f,
-        "mops": [_mop_record(m) for m in op.value or ()] if op.f in MOP_FS else [],
+        "mops": [_mop_record(m) for m in op.value or ()] if op.f in MOP_LIST_FS else [],
         "keys": list(op.value or ()) if op.f in KEY_LIST_FS else [],
         "seek_to_beginning": meta.seek_to_beginning,
         "rebalance_log": [{"kind": r.kind, "keys": list(r.keys)} for r in op.rebalance_log],
@@ -152,6 +155,11 @@ def op_to_record(op: Op) -> dict[str, Any]:
         "deliberate_abort": meta.deliberate_abort,
         "error": meta.error,
         "placements": [_placement_record(k, p) for k, p in meta.placements.items()],
+        "group": meta.group,
+        "starts": [
+            {"key": _branch(k), "offset": s.offset, "source": s.source}
+            for k, s in meta.starts.items()
+        ],
     }
 
 
@@ -164,6 +172,8 @@ def _mop_record(m: tuple) -> dict[str, Any]:
             "offset": m[3],
             "reads": None,
         }
+    if m[0] == "commit":
+        return {"f": "commit", "key": _branch(m[1]), "value": None, "offset": m[2], "reads": None}
     reads = m[1]
     if reads is not None:
         reads = (
@@ -269,13 +279,15 @@ def _meta(record: Mapping[str, Any]) -> OpMeta | None:
         error=record["error"],
         seek_to_beginning=record["seek_to_beginning"],
         placements={p["key"]: _placement(p) for p in record["placements"]},
+        group=record["group"],
+        starts={s["key"]: Start(s["offset"], s["source"]) for s in record["starts"]},
         invoke_time=record["invoke_time"],
     )
     return None if meta == _NO_META else meta
 
 
 def _value(f: str, record: Mapping[str, Any]) -> Any:
-    if f in MOP_FS:
+    if f in MOP_LIST_FS:
         return [_mop(m) for m in record["mops"]]
     if f in KEY_LIST_FS:
         return list(record["keys"])
@@ -287,6 +299,10 @@ def _mop(m: Mapping[str, Any]) -> tuple:
         if m["key"] is None or m["value"] is None:
             raise DecodeError("send mop without key or value")
         return ("send", m["key"], m["value"], m["offset"])
+    if m["f"] == "commit":
+        if m["key"] is None or m["offset"] is None:
+            raise DecodeError("commit mop without key or offset")
+        return ("commit", m["key"], m["offset"])
     reads = m["reads"]
     if reads is None:
         return ("poll", None)

@@ -2,11 +2,13 @@
 
 ``kmon.history.avro`` (fastavro) is the reference codec: it builds a dict per record, then an
 ``Op``, at a few tens of thousands of events per second per core. The monitor reads every op
-event the probes emit, so here the current schema version's binary form (Avro's: zig-zag
+event the probes emit, so here the binary form of schema versions 1 and 2 (Avro's: zig-zag
 varints, length-prefixed UTF-8 strings, arrays in counted blocks, a union as its branch index
 then the value) is read by hand into just what the fold needs, and the op is split into
-per-key fragments by ``fragment.split_fields``, the one definition of splitting. Events of an
-older schema version go through the reference codec (``decode_with_codec``).
+per-key fragments by ``fragment.split_fields``, the one definition of splitting. v2 appended
+fields and enum symbols to v1 (the ``commit`` op and micro-op, ``group``, ``starts``), so one
+reader reads both, v1 events stopping before the new fields. Events of any other packaged
+version go through the reference codec (``decode_with_codec``).
 
 The contract the monitor holds events to is checked here too: an event that breaks it gets a
 dead-letter *reason* (``REASONS``) instead of fragments. The tests hold this reader to
@@ -19,7 +21,7 @@ from typing import Any, Final, final
 
 from kmon.history import avro
 from kmon.history.fragment import Fragment, split_fields
-from kmon.history.model import Op, Rebalance
+from kmon.history.model import Op, Rebalance, Start
 
 # Dead-letter reasons: the ``reason`` label of ``kmon_dead_letters_total``.
 NO_HEADER: Final = "no-schema-header"
@@ -29,17 +31,22 @@ VERSION_MISMATCH: Final = "schema-version-mismatch"
 NEGATIVE_INDEX: Final = "negative-index"
 NEGATIVE_TIME: Final = "negative-time"
 SEND_WITHOUT_VALUE: Final = "send-without-key-or-value"
+COMMIT_WITHOUT_OFFSET: Final = "commit-without-key-or-offset"
 NEGATIVE_OFFSET: Final = "negative-offset"
 TIME_IN_FUTURE: Final = "time-in-future"
 FOLD_ERROR: Final = "fold-error"  # raised by the fold, not here: a bug or an unforeseen shape
 REASONS: Final = (NO_HEADER, UNKNOWN_VERSION, UNDECODABLE, VERSION_MISMATCH, NEGATIVE_INDEX,
-                  NEGATIVE_TIME, SEND_WITHOUT_VALUE, NEGATIVE_OFFSET, TIME_IN_FUTURE, FOLD_ERROR)
+                  NEGATIVE_TIME, SEND_WITHOUT_VALUE, COMMIT_WITHOUT_OFFSET, NEGATIVE_OFFSET,
+                  TIME_IN_FUTURE, FOLD_ERROR)
 
-# The schema's enums, by symbol index (op_event_v1.avsc).
+# The schema's enums, by symbol index (op_event_v2.avsc; v1 has all but the last of each).
 _OP_TYPES: Final = ("invoke", "ok", "fail", "info")
-_OP_FS: Final = ("send", "poll", "txn", "assign", "subscribe", "crash", "unknown")
+_OP_FS: Final = ("send", "poll", "txn", "assign", "subscribe", "crash", "unknown", "commit")
 _MOP_SEND: Final = 0
 _MOP_POLL: Final = 1
+_MOP_COMMIT: Final = 2
+_V1: Final = 1  # the versions read by hand: v1, and v2 = v1 + trailing fields and symbols
+_V2: Final = 2
 _MAX_LONG: Final = 2**63 - 1
 _MIN_LONG: Final = -(2**63)
 
@@ -146,6 +153,9 @@ class _Reader:
         if self.branch(2) == 1:
             self.skip_string()
 
+    def opt_string(self) -> str | None:
+        return self.string() if self.branch(2) == 1 else None
+
     def keys(self) -> list[Any]:
         out: list[Any] = []
         n = self.count()
@@ -185,16 +195,20 @@ class Placement:
 
 @final
 class Event:
-    """What the monitor needs of one valid op event: its identity, clock and fragments, and
-    where its keys live (``Placement`` each)."""
+    """What the monitor needs of one valid op event: its identity, clock and fragments, where
+    its keys live (``Placement`` each), and the consumer group and partition starts of its
+    commits and assignments (``OpMeta.group``, ``OpMeta.starts``; None and {} before v2)."""
 
     def __init__(self, probe: str, index: int, time: int, frags: list[Fragment],
-                 placements: list[Placement]) -> None:
+                 placements: list[Placement], group: str | None = None,
+                 starts: dict[Any, Start] | None = None) -> None:
         self.probe = probe
         self.index = index
         self.time = time
         self.frags = frags
         self.placements = placements
+        self.group = group
+        self.starts: dict[Any, Start] = {} if starts is None else starts
 
 
 @final
@@ -204,6 +218,7 @@ class _Flags:
 
     def __init__(self) -> None:
         self.send_without_value = False
+        self.commit_without_offset = False
         self.negative_offset = False
 
 
@@ -229,12 +244,13 @@ def _reads(r: _Reader, flags: _Flags) -> dict[Any, list[tuple[int, Any]]]:
     return by_key
 
 
-def _mops(r: _Reader, flags: _Flags) -> list[tuple]:
+def _mops(r: _Reader, flags: _Flags, n_kinds: int) -> list[tuple]:
+    """The mops array; ``n_kinds`` is the MopF symbols of the version read (v1: send, poll)."""
     out: list[tuple] = []
     n = r.count()
     while n:
         for _ in range(n):
-            f = r.branch(2)
+            f = r.branch(n_kinds)
             key = r.null_long_or_string()
             value = r.null_long_or_string()
             offset = r.null_or_long()
@@ -247,8 +263,27 @@ def _mops(r: _Reader, flags: _Flags) -> list[tuple]:
                 if key is None or value is None:
                     flags.send_without_value = True
                 out.append(("send", key, value, offset))
+            elif f == _MOP_COMMIT:
+                if key is None or offset is None:
+                    flags.commit_without_offset = True
+                out.append(("commit", key, offset))
             else:
                 out.append(("poll", reads))
+        n = r.count()
+    return out
+
+
+def _starts(r: _Reader, flags: _Flags) -> dict[Any, Start]:
+    """v2's starts: key -> Start (a key named twice: the last wins, as in the reference codec)."""
+    out: dict[Any, Start] = {}
+    n = r.count()
+    while n:
+        for _ in range(n):
+            key = r.long_or_string()
+            offset = r.null_or_long()
+            if offset is not None and offset < 0:
+                flags.negative_offset = True
+            out[key] = Start(offset, r.string())
         n = r.count()
     return out
 
@@ -282,8 +317,9 @@ def _placements(r: _Reader, op: int) -> list[Placement]:
 def read_event(data: bytes, version: int) -> Event:
     """The event in ``data``, written with schema ``version`` (its header's); EventError with
     the reason when it breaks the contract."""
-    if version != avro.SCHEMA_VERSION:
+    if version != _V2 and version != _V1:
         return decode_with_codec(data, version)
+    v2 = version == _V2
     r = _Reader(data)
     flags = _Flags()
     try:
@@ -294,8 +330,8 @@ def read_event(data: bytes, version: int) -> Event:
         invoke_time = r.null_or_long()
         process = r.long()
         ty = _OP_TYPES[r.branch(4)]
-        f = _OP_FS[r.branch(7)]
-        mops = _mops(r, flags)
+        f = _OP_FS[r.branch(8 if v2 else 7)]
+        mops = _mops(r, flags, 3 if v2 else 2)
         keys = r.keys()
         r.skip_boolean()  # seek_to_beginning
         rebalances = _rebalances(r)
@@ -304,6 +340,8 @@ def read_event(data: bytes, version: int) -> Event:
         r.skip_boolean()  # deliberate_abort
         r.null_or_string()  # error
         placements = _placements(r, index)
+        group = r.opt_string() if v2 else None
+        starts = _starts(r, flags) if v2 else {}
     except _Undecodable as e:
         raise EventError(UNDECODABLE, str(e)) from None
     if r.pos != r.end:
@@ -312,12 +350,12 @@ def read_event(data: bytes, version: int) -> Event:
         raise EventError(VERSION_MISMATCH, f"event says {schema_version}, header {version}")
     _judge(index, time, flags)
     if ty == "invoke":  # nothing for the fold: a read that beats its writer waits for it
-        return Event(probe, index, time, [], placements)
+        return Event(probe, index, time, [], placements, group, starts)
     it = time if invoke_time is None else invoke_time
-    value: Any = mops if f in ("send", "poll", "txn") else keys if f in (
+    value: Any = mops if f in ("send", "poll", "txn", "commit") else keys if f in (
         "assign", "subscribe") else None
     return Event(probe, index, time, split_fields(index, process, ty, f, time, value,
-                                                  rebalances, it), placements)
+                                                  rebalances, it), placements, group, starts)
 
 
 def _judge(index: int, time: int, flags: _Flags) -> None:
@@ -327,6 +365,8 @@ def _judge(index: int, time: int, flags: _Flags) -> None:
         raise EventError(NEGATIVE_TIME, str(time))
     if flags.send_without_value:
         raise EventError(SEND_WITHOUT_VALUE)
+    if flags.commit_without_offset:
+        raise EventError(COMMIT_WITHOUT_OFFSET)
     if flags.negative_offset:
         raise EventError(NEGATIVE_OFFSET)
 
@@ -342,9 +382,13 @@ def decode_with_codec(data: bytes, version: int) -> Event:
     for m in record["mops"]:
         if m["f"] == "send" and (m["key"] is None or m["value"] is None):
             flags.send_without_value = True
+        if m["f"] == "commit" and (m["key"] is None or m["offset"] is None):
+            flags.commit_without_offset = True
         if (m["offset"] is not None and m["offset"] < 0) or any(
                 x["offset"] < 0 for r in m["reads"] or () for x in r["records"]):
             flags.negative_offset = True
+    if any(s["offset"] is not None and s["offset"] < 0 for s in record["starts"]):
+        flags.negative_offset = True
     _judge(record["index"], record["time"], flags)
     return event_of(avro.record_to_op(record))
 
@@ -355,11 +399,14 @@ def event_of(op: Op) -> Event:
     probe = meta.probe if meta is not None else ""
     placements = [Placement(k, p.topic, p.partition, p.leader, op.index)
                   for k, p in meta.placements.items()] if meta else []
+    group = meta.group if meta is not None else None
+    starts = dict(meta.starts) if meta is not None else {}
     if op.type == "invoke":
-        return Event(probe, op.index, op.time, [], placements)
+        return Event(probe, op.index, op.time, [], placements, group, starts)
     it = op.time if meta is None or meta.invoke_time is None else meta.invoke_time
     return Event(probe, op.index, op.time, split_fields(
-        op.index, op.process, op.type, op.f, op.time, op.value, op.rebalance_log, it), placements)
+        op.index, op.process, op.type, op.f, op.time, op.value, op.rebalance_log, it), placements,
+        group, starts)
 
 
 @final

@@ -2,7 +2,8 @@
 
 ``read_event`` reads the op event's binary form by hand; ``decode_with_codec`` goes through
 fastavro (``kmon.history.avro.decode_op``) and ``fragment.split``. On every event, valid or
-not, both must give the same fragments, placements and clock, or the same dead-letter reason.
+not, of the current schema version and of v1 (what probes before v2 emit), both must give the
+same fragments, placements, group, starts and clock, or the same dead-letter reason.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from kmon.history import avro, events
 from kmon.history.events import EventError, Placement, read_event, split_batch
 from kmon.history.fragment import split, to_row
-from kmon.history.model import KeyPlacement, Op, OpMeta, Rebalance
+from kmon.history.model import MOP_FS, KeyPlacement, Op, OpMeta, Rebalance, Start
 from kmon.streaming import decode
 from kmon.synth import SynthConfig, healthy
 from tests.unit.history.test_codec_properties import ops
@@ -34,13 +35,34 @@ def outcome(read: Any) -> tuple:
         ev = read()
     except EventError as e:
         return ("dead", e.reason)
-    return ("ok", ev.probe, ev.index, ev.time, ev.placements,
+    return ("ok", ev.probe, ev.index, ev.time, ev.placements, ev.group, ev.starts,
             [(fr.key, to_row(fr)) for fr in ev.frags])
 
 
-def both(data: bytes) -> tuple[tuple, tuple]:
-    return (outcome(lambda: read_event(data, V)),
-            outcome(lambda: events.decode_with_codec(data, V)))
+def both(data: bytes, version: int = V) -> tuple[tuple, tuple]:
+    return (outcome(lambda: read_event(data, version)),
+            outcome(lambda: events.decode_with_codec(data, version)))
+
+
+def encode_v1(op: Op) -> bytes:
+    """``op`` as a probe before schema v2 wrote it: no commit ops or mops, group or starts."""
+    record = {**avro.op_to_record(op), "schema_version": 1}
+    del record["group"], record["starts"]
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, avro.load_schema(1), record)
+    return buf.getvalue()
+
+
+def v1_op(op: Op) -> Op:
+    """``op`` reduced to what schema v1 can carry."""
+    f = "crash" if op.f == "commit" else op.f
+    value = [m for m in op.value or () if m[0] != "commit"] if f in MOP_FS else op.value
+    meta = op.meta
+    if meta is not None:
+        meta = OpMeta(meta.probe, meta.transactional_id, meta.txn_seq, meta.deliberate_abort,
+                      meta.error, meta.seek_to_beginning, meta.placements,
+                      invoke_time=meta.invoke_time)
+    return Op(op.index, op.time, op.process, op.type, f, value, op.rebalance_log, meta)
 
 
 @settings(max_examples=400)
@@ -48,6 +70,23 @@ def both(data: bytes) -> tuple[tuple, tuple]:
 def test_every_op_reads_as_the_reference_codec_reads_it(op: Op) -> None:
     fast, reference = both(avro.encode_op(op))
     assert fast == reference
+
+
+@settings(max_examples=200)
+@given(ops())
+def test_every_v1_op_reads_as_the_reference_codec_reads_it(op: Op) -> None:
+    old = v1_op(op)
+    fast, reference = both(encode_v1(old), 1)
+    assert fast == reference
+    if fast[0] == "ok":  # and it is what the old probe wrote
+        assert fast == outcome(lambda: events.event_of(old))
+
+
+@given(ops(), st.data())
+def test_a_truncated_v1_event_is_undecodable(op: Op, data: st.DataObject) -> None:
+    raw = encode_v1(v1_op(op))
+    cut = data.draw(st.integers(0, len(raw) - 1))
+    assert outcome(lambda: read_event(raw[:cut], 1)) == ("dead", events.UNDECODABLE)
 
 
 @given(ops(), st.data())
@@ -89,11 +128,13 @@ def test_a_synthetic_run_splits_as_split_does() -> None:
             lambda op=op: events.event_of(op))
 
 
+def _fields() -> dict[str, Any]:
+    return {"index": 3, "time": 1_000, "process": 1, "type": "ok", "f": "send",
+            "value": [("send", 1, 5, 0)], "meta": OpMeta(probe="p")}
+
+
 def _event(**fields: Any) -> bytes:
-    base: dict[str, Any] = {"index": 3, "time": 1_000, "process": 1, "type": "ok", "f": "send",
-                            "value": [("send", 1, 5, 0)], "meta": OpMeta(probe="p")}
-    base.update(fields)
-    return avro.encode_op(Op(**base))
+    return avro.encode_op(Op(**{**_fields(), **fields}))
 
 
 @pytest.mark.parametrize(("fields", "reason"), [
@@ -101,6 +142,9 @@ def _event(**fields: Any) -> bytes:
     ({"time": -5}, events.NEGATIVE_TIME),
     ({"value": [("send", 1, 5, -2)]}, events.NEGATIVE_OFFSET),
     ({"f": "poll", "value": [("poll", {1: [(4, 5), (-1, 6)]})]}, events.NEGATIVE_OFFSET),
+    ({"f": "commit", "value": [("commit", 1, -1)]}, events.NEGATIVE_OFFSET),
+    ({"f": "assign", "value": [1], "meta": OpMeta(probe="p", starts={1: Start(-3, "reset")})},
+     events.NEGATIVE_OFFSET),
 ])
 def test_contract_breaches_get_their_reason(fields: dict[str, Any], reason: str) -> None:
     assert both(_event(**fields)) == (("dead", reason), ("dead", reason))
@@ -114,12 +158,36 @@ def test_a_send_without_key_or_value_is_a_dead_letter() -> None:
     assert outcome(lambda: read_event(broken, V)) == ("dead", events.SEND_WITHOUT_VALUE)
 
 
+@pytest.mark.parametrize("missing", ["key", "offset"])
+def test_a_commit_without_key_or_offset_is_a_dead_letter(missing: str) -> None:
+    # The model cannot build one: write the record by hand.
+    record = avro.op_to_record(Op(3, 1_000, 1, "ok", "txn", [("send", 1, 5, 0), ("commit", 2, 7)],
+                                  meta=OpMeta(probe="p")))
+    record["mops"][1][missing] = None
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, avro.load_schema(), record)
+    assert both(buf.getvalue()) == (("dead", events.COMMIT_WITHOUT_OFFSET),) * 2
+
+
+def test_group_starts_and_commits_are_read() -> None:
+    starts = {1: Start(7, "committed"), "k": Start(None, "client")}
+    raw = _event(f="assign", value=[1, "k"], meta=OpMeta(probe="p", group="g", starts=starts))
+    ev = read_event(raw, V)
+    assert (ev.group, ev.starts) == ("g", starts)
+    invoke = read_event(_event(type="invoke", f="commit", value=[("commit", 1, 6)],
+                               meta=OpMeta(probe="p", group="g")), V)
+    assert (invoke.group, invoke.starts, invoke.frags) == ("g", {}, [])
+    v1 = read_event(encode_v1(v1_op(Op(**{**_fields(), "meta": OpMeta(probe="p")}))), 1)
+    assert (v1.group, v1.starts) == (None, {})
+
+
 def test_trailing_bytes_and_a_wrong_version_are_dead_letters() -> None:
     raw = _event()
     assert outcome(lambda: read_event(raw + b"\x00", V)) == ("dead", events.UNDECODABLE)
-    # schema_version is the first field: 1 -> 2 (zig-zag 4)
-    assert outcome(lambda: read_event(b"\x04" + raw[1:], V)) == (
+    # schema_version is the first field: 2 -> 1 (zig-zag 2)
+    assert outcome(lambda: read_event(b"\x02" + raw[1:], V)) == (
         "dead", events.VERSION_MISMATCH)
+    assert outcome(lambda: read_event(raw, 1)) != outcome(lambda: read_event(raw, V))
 
 
 def test_invokes_make_no_fragments_but_keep_their_clock_and_placements() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 
@@ -11,7 +10,7 @@ import pytest
 
 from kmon.history import KeyPlacement, Op, OpMeta, Rebalance, avro
 from kmon.history.avro import DecodeError, EncodeError, decode_op, encode_op
-from kmon.history.model import poll, send
+from kmon.history.model import Start, commit, poll, send
 
 PROBE_TXN = Op(
     index=41,
@@ -44,6 +43,17 @@ PROBE_TXN = Op(
         Op(4, 5, 2, "ok", "subscribe", [3], meta=OpMeta(probe="p")),
         Op(5, 6, 3, "info", "crash", None, meta=OpMeta(probe="p", error="killed")),
         Op(6, -7, -1, "invoke", "send", [send(-(2**63), 2**63 - 1)]),  # meta None, extremes
+        Op(7, 8, 4, "invoke", "commit", [commit(1, 13), commit("k", 0)],
+           meta=OpMeta(probe="p", group="g")),
+        Op(8, 9, 4, "ok", "commit", [commit(1, 13)], meta=OpMeta(probe="p", group="g")),
+        Op(9, 10, 5, "ok", "txn", [send(1, 7, 14), poll({2: [(3, 9)]}), commit(2, 4)],
+           meta=OpMeta(probe="p", transactional_id="t", txn_seq=1, group="g")),
+        Op(10, 11, 5, "ok", "assign", [1, "k", 3], meta=OpMeta(
+            probe="p", group="g",
+            starts={1: Start(13, "committed"), "k": Start(0, "reset"), 3: Start(None, "client")})),
+        Op(11, 12, 5, "ok", "poll", [poll({1: [(13, 8)]})], rebalance_log=(
+            Rebalance("assigned", (1,)),), meta=OpMeta(probe="p", group="g",
+                                                        starts={1: Start(13, "restored")})),
     ],
 )
 def test_round_trip(op):
@@ -67,6 +77,7 @@ def test_int_and_string_keys_and_values_keep_their_types():
 
 def test_normalisations():
     assert decode_op(encode_op(Op(0, 0, 0, "ok", "poll", None))).value == []
+    assert decode_op(encode_op(Op(0, 0, 0, "ok", "commit", None))).value == []
     assert decode_op(encode_op(Op(0, 0, 0, "ok", "assign", None))).value == []
     assert decode_op(encode_op(Op(0, 0, 0, "info", "crash", "ignored"))).value is None
     assert decode_op(encode_op(Op(0, 0, 0, "ok", "poll", [], meta=OpMeta()))).meta is None
@@ -124,10 +135,10 @@ def test_garbage_is_a_decode_error(data):
 
 def test_header_convention():
     assert avro.SCHEMA_HEADER == "kmon-schema"
-    assert avro.schema_header_value() == b"op-event/1"
-    assert avro.kafka_headers() == [("kmon-schema", b"op-event/1")]
+    assert avro.schema_header_value() == b"op-event/2"
+    assert avro.kafka_headers() == [("kmon-schema", b"op-event/2")]
     assert avro.version_from_headers([("trace", b"x"), ("kmon-schema", b"op-event/1")]) == 1
-    assert avro.version_from_headers({"kmon-schema": "op-event/1"}) == 1
+    assert avro.version_from_headers({"kmon-schema": "op-event/2"}) == 2
     assert avro.decode_event(encode_op(PROBE_TXN), avro.kafka_headers()) == PROBE_TXN
 
 
@@ -148,8 +159,8 @@ def test_bad_headers_are_decode_errors(headers, message):
 
 
 def test_unknown_versions_are_decode_errors():
-    with pytest.raises(DecodeError, match="unknown op event schema version 2"):
-        decode_op(encode_op(PROBE_TXN), version=2)
+    with pytest.raises(DecodeError, match="unknown op event schema version 3"):
+        decode_op(encode_op(PROBE_TXN), version=3)
 
 
 def test_every_packaged_schema_version_parses_and_names_its_version():
@@ -161,19 +172,21 @@ def test_every_packaged_schema_version_parses_and_names_its_version():
         avro.load_schema(version)
 
 
+def test_a_commit_mop_without_key_or_offset_is_a_decode_error():
+    for missing in ("key", "offset"):
+        record = avro.op_to_record(Op(0, 0, 0, "ok", "commit", [commit(1, 2)]))
+        record["mops"][0][missing] = None
+        with pytest.raises(DecodeError, match="commit mop without key or offset"):
+            decode_op(write(json.loads(avro.schema_json(2)), record))
+
+
 # ---------------------------------------------------------------------------------------------
-# Evolution: a v2 written here adds fields with defaults (and an f symbol) and renames nothing.
+# Evolution: v2 appended fields with defaults (group, starts) and enum symbols (the commit op
+# and micro-op) to v1, and renamed nothing. Readers keep every older schema.
 
 
-def v2_schema() -> dict:
-    schema = copy.deepcopy(json.loads(avro.schema_json(1)))
-    fields = schema["fields"]
-    fields[0]["default"] = 2  # schema_version
-    (f_field,) = [f for f in fields if f["name"] == "f"]
-    f_field["type"]["symbols"].append("commit")
-    fields.append({"name": "client_id", "type": ["null", "string"], "default": None})
-    fields.append({"name": "attempt", "type": "int", "default": 0})
-    return schema
+def schema(version: int) -> dict:
+    return json.loads(avro.schema_json(version))
 
 
 def write(schema: dict, record: dict) -> bytes:
@@ -188,43 +201,54 @@ def read(data: bytes, writer: dict, reader: dict) -> dict:
     )
 
 
-def test_v1_events_read_with_a_v2_reader_get_the_new_fields_defaults():
-    v1 = json.loads(avro.schema_json(1))
-    record = read(encode_op(PROBE_TXN), v1, v2_schema())
-    assert (record["client_id"], record["attempt"], record["schema_version"]) == (None, 0, 1)
-    assert avro.record_to_op(record) == PROBE_TXN
+def encode_v1(op: Op) -> bytes:
+    """``op`` as an old probe wrote it (v1 has no group, starts or commits)."""
+    record = {**avro.op_to_record(op), "schema_version": 1}
+    del record["group"], record["starts"]
+    return write(schema(1), record)
+
+
+def test_v2_only_appends_to_v1():
+    v1, v2 = schema(1), schema(2)
+    assert [f["name"] for f in v2["fields"]][: len(v1["fields"])] == [
+        f["name"] for f in v1["fields"]
+    ]
+    assert [f["name"] for f in v2["fields"]][len(v1["fields"]) :] == ["group", "starts"]
+
+    def symbols(s: dict, name: str) -> list[str]:
+        found: list[list[str]] = []
+
+        def walk(x: object) -> None:
+            if isinstance(x, dict):
+                if x.get("type") == "enum" and x.get("name") == name:
+                    found.append(x["symbols"])
+                for v in x.values():
+                    walk(v)
+            elif isinstance(x, list):
+                for v in x:
+                    walk(v)
+
+        walk(s)
+        return found[0]
+
+    for enum in ("OpF", "MopF"):
+        assert symbols(v2, enum) == [*symbols(v1, enum), "commit"], enum
+
+
+def test_v1_events_still_decode_with_no_group_and_no_starts():
+    assert decode_op(encode_v1(PROBE_TXN), version=1) == PROBE_TXN
+    record = read(encode_v1(PROBE_TXN), schema(1), schema(2))
+    assert (record["group"], record["starts"], record["schema_version"]) == (None, [], 1)
+    assert avro.decode_event(encode_v1(PROBE_TXN), [("kmon-schema", b"op-event/1")]) == PROBE_TXN
 
 
 def test_v2_events_read_by_a_v1_reader_drop_the_new_fields():
-    v2 = v2_schema()
-    record = {**avro.op_to_record(PROBE_TXN), "schema_version": 2, "client_id": "c", "attempt": 3}
-    back = read(write(v2, record), v2, json.loads(avro.schema_json(1)))
-    assert "client_id" not in back and "attempt" not in back
-    assert avro.record_to_op(back) == PROBE_TXN
+    back = read(encode_op(PROBE_TXN), schema(2), schema(1))
+    assert "group" not in back and "starts" not in back
+    assert avro.record_to_op({**back, "group": None, "starts": []}) == PROBE_TXN
 
 
-def test_an_f_unknown_to_the_v1_reader_resolves_to_unknown():
-    v2 = v2_schema()
-    record = {**avro.op_to_record(PROBE_TXN), "schema_version": 2, "f": "commit"}
-    back = avro.record_to_op(read(write(v2, record), v2, json.loads(avro.schema_json(1))))
-    assert (back.f, back.value) == ("unknown", None)
-
-
-def test_decode_op_resolves_an_old_version_to_the_current_schema(monkeypatch):
-    # Pretend v2 has shipped: v1 events must still decode, through the v2 reader schema.
-    v2 = fastavro.parse_schema(v2_schema())
-    load = avro.load_schema
-    monkeypatch.setattr(avro, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(avro, "schema_versions", lambda: (1, 2))
-    monkeypatch.setattr(
-        avro, "load_schema", lambda version=2: v2 if version == 2 else load(version)
-    )
-    v1_event = encode_op_v1(PROBE_TXN, load(1))
-    assert decode_op(v1_event, version=1) == PROBE_TXN
-
-
-def encode_op_v1(op: Op, schema: dict) -> bytes:
-    record = {**avro.op_to_record(op), "schema_version": 1}
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, schema, record)
-    return buf.getvalue()
+def test_a_commit_op_resolves_to_unknown_for_a_v1_reader():
+    data = encode_op(Op(0, 0, 0, "ok", "commit", [], meta=OpMeta(probe="p", group="g")))
+    back = read(data, schema(2), schema(1))
+    assert (back["f"], back["mops"]) == ("unknown", [])

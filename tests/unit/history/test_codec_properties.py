@@ -18,12 +18,13 @@ from kmon.history import (
     Op,
     OpMeta,
     Rebalance,
+    Start,
     dump_json,
     dump_jsonl,
     loads,
 )
 from kmon.history.avro import DecodeError, decode_op, encode_op, load_schema, op_to_record
-from kmon.history.model import OP_FS, OP_TYPES
+from kmon.history.model import OP_FS, OP_TYPES, START_SOURCES
 from kmon.history.wire import FIELD_ALIASES, op_to_wire
 
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -36,11 +37,13 @@ OFFSETS = st.none() | I64
 SENDS = st.tuples(st.just("send"), KEYS, VALUES, OFFSETS)
 RECORDS = st.lists(st.tuples(I64, VALUES), max_size=3)
 POLLS = st.tuples(st.just("poll"), st.none() | st.dictionaries(KEYS, RECORDS, max_size=3))
-MOPS = {"send": SENDS, "poll": POLLS, "txn": SENDS | POLLS}
+COMMITS = st.tuples(st.just("commit"), KEYS, I64)
+MOPS = {"send": SENDS, "poll": POLLS, "txn": SENDS | POLLS | COMMITS, "commit": COMMITS}
 
 PLACEMENTS = st.builds(
     KeyPlacement, st.text(max_size=5), st.integers(0, 2**31 - 1), st.none() | I32, st.none() | I32
 )
+STARTS = st.builds(Start, st.none() | I64, st.sampled_from([*START_SOURCES, "newer"]))
 METAS = st.builds(
     OpMeta,
     probe=st.text(max_size=5),
@@ -50,6 +53,8 @@ METAS = st.builds(
     error=st.none() | st.text(max_size=10),
     seek_to_beginning=st.booleans(),
     placements=st.dictionaries(KEYS, PLACEMENTS, max_size=3),
+    group=st.none() | st.text(max_size=5),
+    starts=st.dictionaries(KEYS, STARTS, max_size=3),
     invoke_time=st.none() | I64,
 )
 REBALANCES = st.builds(
@@ -146,6 +151,8 @@ def edn_op(op: Op) -> str:
 def edn_mop(m: tuple) -> list:
     if m[0] == "send":
         return [Keyword("send"), m[1], [m[3], m[2]]]
+    if m[0] == "commit":
+        return [Keyword("commit"), m[1], m[2]]
     if m[1] is None:
         return [Keyword("poll")]
     return [Keyword("poll"), {k: [list(r) for r in rs] for k, rs in m[1].items()}]
@@ -168,12 +175,13 @@ def edn(x: Any) -> str:
 
 
 def _kw(k: Any) -> Any:
-    # Keys of the wire's own maps (placements, rebalance events) are field names: keywords.
-    return (
-        Keyword(k)
-        if k in ("key", "topic", "partition", "leader", "leader-epoch", "type", "keys")
-        else k
-    )
+    # Keys of the wire's own maps (placements, starts, rebalance events) are field names: keywords.
+    return Keyword(k) if k in _FIELD_NAMES else k
+
+
+_FIELD_NAMES = frozenset(
+    ("key", "topic", "partition", "leader", "leader-epoch", "type", "keys", "offset", "source")
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,6 +285,11 @@ def _poll_as_send(record: dict[str, Any]) -> None:
     polls[0]["f"] = "send"  # a poll's key and value are null
 
 
+def _commit_without_key(record: dict[str, Any]) -> None:
+    commits = [m for m in record["mops"] if m["f"] == "commit"]
+    commits[0]["key" if record["index"] % 2 else "offset"] = None
+
+
 def _other_f(record: dict[str, Any]) -> None:
     record["f"] = OP_FS[(OP_FS.index(record["f"]) + 1 + record["index"] % 5) % len(OP_FS)]
 
@@ -293,7 +306,9 @@ RECORD_MUTATIONS = [
     ("send-without-key-or-value", lambda r: any(m["f"] == "send" for m in r["mops"]),
      _send_without_key, True),
     ("poll-as-send", lambda r: any(m["f"] == "poll" for m in r["mops"]), _poll_as_send, True),
-    ("schema-version", _always, lambda r: r.update(schema_version=2), True),
+    ("commit-without-key-or-offset", lambda r: any(m["f"] == "commit" for m in r["mops"]),
+     _commit_without_key, True),
+    ("schema-version", _always, lambda r: r.update(schema_version=1), True),
     ("trailing-byte", _always, lambda r: None, True),
     ("f-unknown", _always, lambda r: r.update(f="unknown"), False),
     ("f-other", _always, _other_f, False),
