@@ -79,9 +79,9 @@ def with_placements(ops: Iterable[Op], topic: str, leader: int | None = None) ->
     string key), led by broker ``leader``, as a probe reports where its keys live."""
     for op in ops:
         keys: set[Any] = set()
-        if op.f in MOP_FS:
+        if op.f in MOP_FS or op.f == "commit":
             for m in op.value or ():
-                if m[0] == "send":
+                if m[0] == "send" or m[0] == "commit":
                     keys.add(m[1])
                 elif m[1]:
                     keys.update(m[1])
