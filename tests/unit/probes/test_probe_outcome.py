@@ -9,6 +9,8 @@ from kmon.probes.outcome import (
     FAIL,
     INFO,
     OK,
+    commit_error_outcome,
+    commit_outcome,
     error_name,
     error_text,
     never_written,
@@ -98,3 +100,75 @@ def test_assignment_changes_without_callbacks_are_logged_as_rebalances():
     proc.rebalances = [Rebalance("assigned", (1,))]  # a callback did report this one
     Process._note_assignment(proc, {1, 2, 3})
     assert proc.rebalances == [Rebalance("assigned", (1,)), Rebalance("assigned", (3,))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Offset commits
+
+
+REFUSED = [  # the coordinator refuses the whole request before writing anything
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.STALE_MEMBER_EPOCH,
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.FENCED_INSTANCE_ID,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.INVALID_COMMIT_OFFSET_SIZE,
+]
+PARTITION_REFUSED = [  # ... or one partition of it, storing the others
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.UNKNOWN_TOPIC_ID,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.OFFSET_METADATA_TOO_LARGE,
+]
+MAYBE_STORED = [  # the commit may have been stored
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._WAIT_COORD,
+    KafkaError.REQUEST_TIMED_OUT,  # appended, replication timed out: may still commit
+    KafkaError.NOT_COORDINATOR,  # the coordinator moved, maybe mid-append
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError._DESTROY,
+    KafkaError._FATAL,
+    KafkaError.UNKNOWN,
+]
+
+
+def test_a_commit_whose_every_partition_came_back_clean_is_ok() -> None:
+    assert commit_outcome([None, None]) == OK
+
+
+@pytest.mark.parametrize("code", REFUSED + PARTITION_REFUSED)
+def test_a_commit_refused_for_every_partition_is_fail(code: int) -> None:
+    assert commit_outcome([KafkaError(code), KafkaError(code)]) == FAIL
+
+
+@pytest.mark.parametrize("code", MAYBE_STORED)
+def test_a_commit_error_that_may_have_stored_is_info(code: int) -> None:
+    assert commit_outcome([KafkaError(code)]) == INFO
+    assert commit_error_outcome(KafkaError(code), 1) == INFO
+
+
+def test_a_partly_stored_commit_is_info() -> None:
+    # The model has no partial outcome: one partition stored is enough to say "maybe".
+    refused = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+    assert commit_outcome([None, refused]) == INFO
+    assert commit_outcome([refused, KafkaError(KafkaError._TIMED_OUT)]) == INFO
+
+
+@pytest.mark.parametrize("code", REFUSED)
+def test_a_raised_refusal_of_the_request_is_fail(code: int) -> None:
+    assert commit_error_outcome(KafkaError(code), 3) == FAIL
+
+
+@pytest.mark.parametrize("code", PARTITION_REFUSED)
+def test_a_raised_partition_refusal_is_fail_only_for_a_one_partition_commit(code: int) -> None:
+    # librdkafka raises the last failed partition's error: the others may have been stored.
+    assert commit_error_outcome(KafkaError(code), 1) == FAIL
+    assert commit_error_outcome(KafkaError(code), 2) == INFO
+
+
+@pytest.mark.parametrize("code", [KafkaError._NO_OFFSET, KafkaError._INVALID_ARG])
+def test_a_commit_librdkafka_never_sent_is_fail(code: int) -> None:
+    assert commit_error_outcome(KafkaError(code), 2) == FAIL
