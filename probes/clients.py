@@ -81,9 +81,11 @@ def offset_reset(cfg: ProbeConfig) -> str | None:
 
 
 def start_offsets(consumer: Consumer, partitions: list[TopicPartition], reset: str | None,
-                  timeout: float) -> list[TopicPartition]:
-    """``partitions`` with the absolute offsets to assign them at: each one's committed
-    offset, else the log start (``reset`` ``"earliest"``) or end (``"latest"``).
+                  timeout: float) -> list[tuple[TopicPartition, Start]]:
+    """``partitions`` with the absolute offsets to assign them at, each with where it starts
+    (``Start``): its committed offset, else the log start (``reset`` ``"earliest"``) or end
+    (``"latest"``); with ``reset`` None and nothing committed, no offset (librdkafka applies
+    ``auto.offset.reset``, e.g. ``error``).
 
     Assigned without an offset, a partition is positioned by librdkafka's own committed-offset
     and log-start queries, and those race with a later assign or seek of the same partition
@@ -224,25 +226,36 @@ class Hung(Exception):
     can ignore its timeout while a coordinator is down)."""
 
 
-def bounded(fn: Callable[..., Any], *args: Any, timeout: float, name: str) -> Any:
+def bounded(fn: Callable[..., Any], *args: Any, timeout: float, name: str,
+            late: Callable[[], None] | None = None) -> Any:
     """``fn(*args)`` in a helper thread; raises ``Hung`` if it has not returned in ``timeout``.
 
     The abandoned call keeps its client alive (the thread holds a reference), so the client
     must never be used or closed again: destroying a handle under a call in progress is unsafe.
+    ``late``, if given, runs in the helper thread once an abandoned call has returned (to close
+    the client then); never when ``bounded`` returned or raised the call's own error.
     """
     box: dict[str, Any] = {}
+    lock = threading.Lock()
 
     def call() -> None:
         try:
             box["value"] = fn(*args)
         except BaseException as e:
             box["error"] = e
+        with lock:
+            box["done"] = True
+            abandoned = "abandoned" in box
+        if abandoned and late is not None:
+            late()
 
     t = threading.Thread(target=call, name=f"kmon-probe-{name}", daemon=True)
     t.start()
     t.join(timeout)
-    if t.is_alive():
-        raise Hung(f"{name} did not return within {timeout:g}s")
+    with lock:  # decides, once, between the call's result and Hung (and so ``late``)
+        if "done" not in box:
+            box["abandoned"] = True
+            raise Hung(f"{name} did not return within {timeout:g}s")
     if "error" in box:
         raise box["error"]
     return box.get("value")
