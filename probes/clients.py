@@ -17,6 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from kmon.history.model import START_CLIENT, START_COMMITTED, START_RESET, Start
 from kmon.probes.config import ConfigError, ProbeConfig
 from kmon.probes.metrics import ProbeIdentity
 
@@ -94,17 +95,24 @@ def start_offsets(consumer: Consumer, partitions: list[TopicPartition], reset: s
     retried on a timer fires after a seek and moves the consumer back. Either rewinds it
     silently, which the checker rightly reports as a nonmonotonic poll. Given absolute offsets,
     librdkafka queries nothing. ``committed`` waits out transactions whose offset commits are
-    pending, up to ``timeout``; errors raise ``KafkaException``.
+    pending, up to ``timeout``; errors raise ``KafkaException``. The probe's ``start_positions:
+    client`` setting skips all this, to let the races show.
     """
     found = consumer.committed(partitions, timeout=timeout)
+    out: list[tuple[TopicPartition, Start]] = []
     for tp in found:
         if tp.error is not None:
             raise KafkaException(tp.error)
-        if tp.offset < 0 and reset is not None:
+        if tp.offset >= 0:
+            out.append((tp, Start(tp.offset, START_COMMITTED)))
+        elif reset is not None:
             lo, hi = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
                                                     timeout=timeout, cached=False)
             tp.offset = lo if reset == "earliest" else hi
-    return found
+            out.append((tp, Start(tp.offset, START_RESET)))
+        else:
+            out.append((tp, Start(None, START_CLIENT)))
+    return out
 
 
 def admin_defaults(cfg: ProbeConfig) -> dict[str, Any]:

@@ -118,6 +118,10 @@ def _cluster(v: str) -> str | None:
                             f"letter or digit, got {v!r}")
 
 
+def _one_of(*choices: str) -> Callable[[str], str | None]:
+    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}, got {v!r}"
+
+
 def _topic(v: str) -> str | None:
     ok = v and len(v) <= 200 and all(c.isalnum() or c in "-_." for c in v)
     return None if ok else f"not a valid Kafka topic name: {v!r}"
@@ -171,6 +175,10 @@ SETTINGS: tuple[Setting, ...] = (
             "live key, read to the known end); 0 disables", _at_least(0)),
     Setting("restore_positions", _bool, False, "a subscribe-mode consumer resumes a partition a "
             "rebalance revoked and gave back where it was, not at the committed offset"),
+    Setting("start_positions", _str, "probe", "where a consumer starts a partition it is "
+            "assigned: 'probe' looks the committed offset up and assigns it (working around two "
+            "librdkafka 2.16 races, see clients.start_offsets), 'client' leaves it to librdkafka",
+            _one_of("probe", "client")),
     Setting("final_read_timeout", _float, 15.0, "seconds the final catch-up read at shutdown "
             "may take; 0 skips it", _at_least(0)),
     # keys

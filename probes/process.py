@@ -11,17 +11,25 @@ Ops (mops in the op model's form, ``kmon.history.model``):
 
 - ``send``: one ``("send", key, value, offset)``; offset from the delivery report.
 - ``poll``: one ``("poll", {key: [(offset, value), ...]})`` listing every key assigned after the
-  poll, ``[]`` when nothing came back; then an asynchronous commit of exactly what it read
-  (a failed commit only means a later consumer rereads: the poll itself is ``ok``).
+  poll, ``[]`` when nothing came back.
+- ``commit``: after a poll that read records, ``("commit", key, offset)`` per key read, the offset
+  just past its last record, committed synchronously for the consumer's group (bounded by the op
+  timeout; outcomes in ``kmon.probes.outcome``). Committed offsets are data: the checker compares
+  where partitions start with them.
 - ``txn``: up to ``txn_max_mops`` sends (at most one per key) and polls in one Kafka
-  transaction; polls' offsets go in with ``send_offsets_to_transaction``; some are aborted on
-  purpose. After any abort the consumer is rewound to the first offset the transaction polled
-  of each key (KAFKA-17582: consumers do not rewind by themselves); a rewind that fails is
-  followed by a crash op.
+  transaction; polls' offsets go in with ``send_offsets_to_transaction`` and into the op as
+  ``commit`` mops; some are aborted on purpose. After any abort the consumer is rewound to the
+  first offset the transaction polled of each key (KAFKA-17582: consumers do not rewind by
+  themselves); a rewind that fails is followed by a crash op.
 - ``assign`` (a random subset of readable keys, or all of them for a catch-up read) and
   ``subscribe`` (every readable topic; value: all their keys): a change of mode builds a new
   consumer (each mode has its own group), whose close may fire rebalance callbacks in the op.
 - ``crash``: tear every client down; completes ``info``.
+
+Where each assigned partition starts goes into the meta of the op that assigned it (an assign
+op, or any op whose poll ran a rebalance callback): ``OpMeta.starts`` with the consumer's
+``group``, as looked up (``clients.start_offsets``), restored (``restore_positions``) or left to
+librdkafka (``start_positions: client``, or when the lookup failed).
 
 Each completion's meta carries the invoke time, the probe id, the error text if any and, per key
 touched, a ``KeyPlacement``: topic and partition, the leader from this process's metadata
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -41,15 +50,19 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kmon.history import KeyPlacement, Rebalance
+from kmon.history import KeyPlacement, Rebalance, Start
+from kmon.history.model import START_CLIENT, START_RESTORED
 from kmon.probes import clients as C
 from kmon.probes import values as V
 from kmon.probes.outcome import (
     FAIL,
     INFO,
     OK,
+    commit_error_outcome,
+    commit_outcome,
     error_name,
     error_text,
+    kafka_error,
     send_outcome,
     txn_outcome,
 )
@@ -84,12 +97,14 @@ class Process:
         self.producer: Producer | None = None
         self.txn_producer: Producer | None = None
         self.consumer: Consumer | None = None
+        self.group: str | None = None  # the consumer's group
         self.admin: AdminClient | None = None
         self.mode: str | None = None
         self.assigned: list[int] = []
         self.subscribed: list[str] = []
         self.keys_version = -1
         self.rebalances: list[Rebalance] = []
+        self.starts: dict[int, Start] = {}  # partitions assigned during the current op
         # Keys the consumer had at its last poll (None: unknown, e.g. after an assign op): an
         # assignment that changed without a callback we saw is still logged as a rebalance.
         self.seen_assignment: set[int] | None = None
@@ -148,8 +163,8 @@ class Process:
             raise
 
     def _new_consumer(self, mode: str) -> Consumer:
-        group = f"{self.cfg.topic_prefix}-{mode}"
-        return Consumer(C.consumer_config(self.cfg, self._client_id("c"), group,
+        self.group = f"{self.cfg.topic_prefix}-{mode}"
+        return Consumer(C.consumer_config(self.cfg, self._client_id("c"), self.group,
                                           error_cb=self.wl.count_error))
 
     def _admin(self) -> AdminClient:
@@ -166,6 +181,7 @@ class Process:
             if client is not None and name != "admin":
                 C.close_quietly(client, t)
         self.mode = None
+        self.group = None
         self.assigned, self.subscribed = [], []
         self.seen_assignment = None
         self.epochs.clear()
@@ -184,13 +200,18 @@ class Process:
 
     def _invoke(self, f: str, value: Any, **meta: Any) -> None:
         self.rebalances.clear()
+        self.starts.clear()
         self.errors.clear()
         self.rec.invoke(self.pid, f, value, self.rec.meta(**meta))
 
     def _complete(self, type_: str, value: Any, touched: Any = (), **meta: Any) -> None:
         if self.errors and "error" not in meta:
             meta["error"] = "; ".join(dict.fromkeys(self.errors))
-        placements = {k: self._placement(k) for k in touched}
+        if self.starts:
+            meta["starts"] = dict(self.starts)
+            meta.setdefault("group", self.group)
+            self.starts.clear()
+        placements = {k: self._placement(k) for k in [*touched, *meta.get("starts", ())]}
         rebalances = tuple(self.rebalances)
         self.rebalances.clear()
         self.rec.complete(self.pid, type_, value, self.rec.meta(placements=placements, **meta),
@@ -250,13 +271,16 @@ class Process:
         and the assign (it had no owner), and everything below this consumer's position was
         read by it, so resuming skips nothing. The checker exempts the op with the rebalance,
         but takes the op's last read as the position for the next op (see docs/probes.md).
-        Every partition is assigned at an absolute offset (``C.start_offsets``).
+        Every partition is assigned at an absolute offset (``C.start_offsets``), unless
+        ``start_positions: client``; where each starts goes into the op's meta (``starts``).
 
         Only calls that take no CallState belong here (``committed``, ``get_watermark_offsets``,
         ``assign``): ``list_topics``, ``poll``, ``consume``, ``flush`` or ``close`` of this same
         consumer would clear the thread's CallState, and confluent-kafka 2.16.1 aborts the
         process at the next callback (tests/integration/test_client_reentrancy.py).
         """
+        if self._retired(consumer):
+            return
         self._rebalanced("assigned", partitions)
         restore = self.revoked_positions if self.cfg.restore_positions else {}
         self.revoked_positions = {}
@@ -266,24 +290,36 @@ class Process:
             if k is not None and k in restore:
                 tp.offset = restore[k]
                 restored.append(tp)
+                self.starts[k] = Start(tp.offset, START_RESTORED)
             else:
                 self.positions.pop(k, None)
                 fresh.append(tp)
         if fresh:
             try:
-                fresh = self._start_offsets(consumer, fresh)
+                fresh, starts = self._start_positions(consumer, fresh)
             except (KafkaException, RuntimeError) as e:
                 self._error(e)  # librdkafka looks the offsets up itself (see start_offsets)
+                starts = self._client_starts(fresh)
+            self.starts.update(starts)
         consumer.assign(restored + fresh)  # instead of the automatic assign after this callback
 
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _retired(self, consumer: Consumer) -> bool:
+        """Whether ``consumer`` was abandoned under a hung call: its callbacks (when it is
+        closed at last) belong to no op of this process."""
+        return any(c is consumer for c in self.wl.abandoned_clients)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._retired(consumer):
+            return
         self._rebalanced("revoked", partitions)
         for tp in partitions:
             k = self.keys.key(tp.topic, tp.partition)
             if k is not None and k in self.positions:
                 self.revoked_positions[k] = self.positions.pop(k)
 
-    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._retired(consumer):
+            return
         self._rebalanced("lost", partitions)  # others may own them now: no position to keep
         for tp in partitions:
             k = self.keys.key(tp.topic, tp.partition)
@@ -355,28 +391,28 @@ class Process:
             unlogged = tuple(sorted(keys - logged))
             if unlogged:
                 self.rebalances.append(Rebalance(kind, unlogged))
+        for k in assigned - before - logged:  # positioned by librdkafka, where it chose
+            self.starts.setdefault(k, Start(None, START_CLIENT))
 
-    def _start_offsets(self, consumer: Consumer,
-                       partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """``partitions`` at the absolute offsets they start from (``C.start_offsets``)."""
-        return C.start_offsets(consumer, partitions, self.offset_reset,
-                               min(5.0, self.cfg.op_timeout))
+    def _start_positions(self, consumer: Consumer, partitions: list[TopicPartition],
+                         ) -> tuple[list[TopicPartition], dict[int, Start]]:
+        """``partitions`` as they are to be assigned, and where each key starts: at the
+        absolute offsets ``C.start_offsets`` looks up, or (``start_positions: client``) as
+        given, for librdkafka to position."""
+        if self.cfg.start_positions == "client":
+            return partitions, self._client_starts(partitions)
+        placed = C.start_offsets(consumer, partitions, self.offset_reset,
+                                 min(5.0, self.cfg.op_timeout))
+        starts = {k: start for tp, start in placed
+                  if (k := self.keys.key(tp.topic, tp.partition)) is not None}
+        return [tp for tp, _ in placed], starts
 
-    def _commit_async(self, reads: dict[int, list[tuple[int, Any]]]) -> None:
-        offsets = self._next_offsets({k: rs[-1][0] for k, rs in reads.items() if rs})
-        if not offsets or self.consumer is None:
-            return
-        try:
-            self.consumer.commit(offsets=offsets, asynchronous=True)
-        except KafkaException as e:
-            self._error(e)
+    def _client_starts(self, partitions: list[TopicPartition]) -> dict[int, Start]:
+        return {k: Start(None, START_CLIENT) for tp in partitions
+                if (k := self.keys.key(tp.topic, tp.partition)) is not None}
 
-    def _next_offsets(self, last: dict[int, int]) -> list[TopicPartition]:
-        out = []
-        for k, off in last.items():
-            topic, partition = self.keys.topic_partition(k)
-            out.append(TopicPartition(topic, partition, off + 1))
-        return out
+    def _offsets(self, offsets: dict[int, int]) -> list[TopicPartition]:
+        return [TopicPartition(*self.keys.topic_partition(k), off) for k, off in offsets.items()]
 
     # -- ops ------------------------------------------------------------------------------
 
@@ -392,19 +428,20 @@ class Process:
                 old, self.consumer = self.consumer, None
                 C.close_quietly(old, self.cfg.close_timeout)  # callbacks land in this op
                 self.consumer = self._new_consumer(ASSIGN)
-            tps = self._start_offsets(
+            tps, starts = self._start_positions(
                 self.consumer, [TopicPartition(*self.keys.topic_partition(k)) for k in keys])
             self.consumer.assign(tps)
+            self.starts.update(starts)
             self.assign_starts = {(tp.topic, tp.partition): tp.offset for tp in tps}
             self.positions.clear()  # every assigned key restarts from its committed offset
             self.seen_assignment = None  # this op changed it: nothing to compare with
         except (KafkaException, RuntimeError) as e:
             self._error(e)
-            self._complete(INFO, list(keys), keys)
+            self._complete(INFO, list(keys), keys, group=self.group)
             return False
         self.mode, self.assigned, self.subscribed = ASSIGN, list(keys), []
         self.keys_version = self.wl.keyspace.version
-        self._complete(OK, list(keys), keys)
+        self._complete(OK, list(keys), keys, group=self.group)
         return True
 
     def subscribe(self, topics: list[str]) -> bool:
@@ -422,11 +459,11 @@ class Process:
             self.seen_assignment = None
         except (KafkaException, RuntimeError) as e:
             self._error(e)
-            self._complete(INFO, keys, keys)
+            self._complete(INFO, keys, keys, group=self.group)
             return False
         self.mode, self.assigned, self.subscribed = SUBSCRIBE, [], list(topics)
         self.keys_version = self.wl.keyspace.version
-        self._complete(OK, keys, keys)
+        self._complete(OK, keys, keys, group=self.group)
         return True
 
     def send(self) -> bool:
@@ -472,8 +509,48 @@ class Process:
             self._complete(INFO, [("poll", None)])
             return None
         self._complete(OK, [("poll", reads)], reads)
-        self._commit_async(reads)
+        self.commit({k: rs[-1][0] + 1 for k, rs in reads.items() if rs})
         return reads
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        """A commit op: the group's offset of each key set to ``offsets[key]`` (the next one to
+        read), synchronously, bounded by the op timeout. Nothing to commit: no op."""
+        consumer, group = self.consumer, self.group
+        if not offsets or consumer is None:
+            return
+        mops = [("commit", k, off) for k, off in offsets.items()]
+        self._invoke("commit", mops, group=group)
+        tps = self._offsets(offsets)
+        retired = threading.Event()
+
+        def close_late() -> None:  # once a hung commit returns: nothing else uses it then
+            retired.wait()
+            C.close_quietly(consumer, self.cfg.close_timeout)
+
+        try:
+            done = C.bounded(lambda: consumer.commit(offsets=tps, asynchronous=False),
+                             timeout=self.cfg.op_timeout, name="commit", late=close_late)
+            errors = [tp.error for tp in done or ()]
+            outcome = commit_outcome(errors)
+            for err in errors:
+                if err is not None:
+                    self._error(err)
+        except C.Hung as e:
+            # Closing or using the consumer under the call in progress is unsafe: it goes,
+            # closed by close_late when the call returns (its callbacks ignored: _retired).
+            self.consumer = None
+            self.wl.abandoned_clients.append(consumer)
+            retired.set()
+            self._error(e)
+            outcome = INFO
+        except KafkaException as e:
+            self._error(e)
+            err = kafka_error(e)
+            outcome = INFO if err is None else commit_error_outcome(err, len(tps))
+        except RuntimeError as e:  # "Consumer closed": refused before librdkafka saw it
+            self._error(e)
+            outcome = FAIL
+        self._complete(outcome, mops, list(offsets), group=group)
 
     def txn(self) -> bool:
         deliberate = self.rng.random() < self.cfg.abort_share
@@ -495,6 +572,7 @@ class Process:
         first_read: dict[int, int] = {}
         last_read: dict[int, int] = {}
         reports: dict[int, tuple[KafkaError | None, int | None]] = {}
+        commits: list[tuple] = []
         body_error: Any = None
         began = False
         try:
@@ -522,9 +600,12 @@ class Process:
             elif left or len(reports) < n_sends:
                 body_error = f"no delivery report within {self.cfg.op_timeout:g}s"
             elif last_read:
-                self._txn_call(tp, "send_offsets_to_transaction",
-                               self._next_offsets(last_read),
-                               self.consumer.consumer_group_metadata(), self.cfg.op_timeout)
+                offsets = {k: off + 1 for k, off in last_read.items()}
+                group_metadata = self.consumer.consumer_group_metadata()
+                # The transaction's outcome is theirs too: in the op from the call on.
+                commits = [("commit", k, off) for k, off in offsets.items()]
+                self._txn_call(tp, "send_offsets_to_transaction", self._offsets(offsets),
+                               group_metadata, self.cfg.op_timeout)
         except OpFailed as e:
             body_error = e.__cause__ or e
             if began:  # only a poll raises this after begin: the consumer's state is unknown
@@ -535,6 +616,9 @@ class Process:
             if err is None and offset is not None and offset >= 0:
                 _, k, v, _ = plan[i]
                 result[i] = ("send", k, v, offset)
+        if commits:
+            result += commits
+            meta["group"] = self.group
         if body_error is not None:
             self._error(body_error)
         if not began:
@@ -624,15 +708,19 @@ class Process:
             except (KafkaException, RuntimeError) as e:
                 self.wl.count_error(e)
         # Where each key started (a key with nothing left to read never gets a position of its
-        # own): the offsets the assign op looked up.
-        start = self.assign_starts
+        # own): the offsets the last assign op looked up (self.assign_starts).
         polls = 0
         while time.monotonic() < deadline and not stop() and self.consumer is not None:
             reads = self.poll()
             polls += 1
-            if reads is None or self.consumer is None:
+            if reads is None:
                 break
-            if self._reached(ends, start):
+            if self.consumer is None:
+                # The poll's offset commit completed info: read on as a fresh process, from
+                # the committed offsets, whichever commit they hold.
+                if not self._assign_by(keys, deadline, stop):
+                    break
+            elif self._reached(ends, self.assign_starts):
                 break
         return polls
 

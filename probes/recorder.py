@@ -117,7 +117,8 @@ class Recorder:
             return False
         meta = self.meta(transactional_id=pending.meta.transactional_id,
                          txn_seq=pending.meta.txn_seq,
-                         deliberate_abort=pending.meta.deliberate_abort, error=reason)
+                         deliberate_abort=pending.meta.deliberate_abort,
+                         group=pending.meta.group, error=reason)
         return self.complete(process, "info", pending.value, meta) is not None
 
     def _record(

@@ -27,6 +27,7 @@ B = ["-b", "127.0.0.1:1"]
     ([*B, "--set", "txn_share=2"], "txn_share:"),
     ([*B, "--set", "nonsense"], "--set expects NAME=VALUE"),
     ([*B, "--set", "consumer.group.id=g"], "consumer.group.id:"),
+    ([*B, "--set", "start_positions=librdkafka"], "kmon: error: start_positions: must be one of"),
 ])
 def test_bad_settings_exit_2_naming_the_setting(
     argv: list[str], setting: str, capsys: pytest.CaptureFixture,

@@ -25,6 +25,7 @@ def test_defaults_are_safe_and_valid() -> None:
     assert cons["isolation.level"] == "read_committed"
     assert cons["auto.offset.reset"] == "earliest"
     assert cons["enable.auto.commit"] is False
+    assert cfg.start_positions == "probe"  # the librdkafka 2.16 workaround is on
 
 
 def test_every_setting_has_help_and_env_name() -> None:
@@ -92,6 +93,7 @@ def test_events_default_to_the_probed_cluster() -> None:
     ({"producer.transactional.id": "x"}, "producer.transactional.id", "set by the probe"),
     ({"consumer.group.id": "x"}, "consumer.group.id", "set by the probe"),
     ({"kafka.": "x"}, "kafka.", "property name"),
+    ({"start_positions": "committed"}, "start_positions", "one of probe, client"),
 ])
 def test_bad_settings_are_named(overrides: dict, setting: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:

@@ -89,17 +89,20 @@ def test_assignment_changes_without_callbacks_are_logged_as_rebalances():
     # op, and the consumer restarted from its committed offset.
     from types import SimpleNamespace
 
-    from kmon.history.model import Rebalance
+    from kmon.history.model import Rebalance, Start
     from kmon.probes.process import Process
 
-    proc = SimpleNamespace(seen_assignment=None, rebalances=[])
+    proc = SimpleNamespace(seen_assignment=None, rebalances=[], starts={})
     Process._note_assignment(proc, {1, 2})  # first poll: nothing to compare with
     assert proc.rebalances == []
     Process._note_assignment(proc, {2})
     assert proc.rebalances == [Rebalance("revoked", (1,))]
     proc.rebalances = [Rebalance("assigned", (1,))]  # a callback did report this one
+    proc.starts = {1: Start(5, "committed")}  # ... and where it started
     Process._note_assignment(proc, {1, 2, 3})
     assert proc.rebalances == [Rebalance("assigned", (1,)), Rebalance("assigned", (3,))]
+    # 3 restarted where librdkafka put it: no offset the probe knows
+    assert proc.starts == {1: Start(5, "committed"), 3: Start(None, "client")}
 
 
 # ---------------------------------------------------------------------------------------------
