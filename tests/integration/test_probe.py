@@ -205,6 +205,63 @@ def test_healthy_run_keeps_the_op_contract(healthy: Run) -> None:
     assert contract_violations(ops) == []
 
 
+def test_healthy_run_records_offset_commits_and_starts(healthy: Run) -> None:
+    ops, _, probe = healthy
+    prefix = probe.overrides["name"]
+    groups = {f"kmon-probe-{prefix}-assign", f"kmon-probe-{prefix}-subscribe"}
+    done = [o for o in ops if o.type != "invoke"]
+    commits = [o for o in done if o.f == "commit"]
+    assert sum(o.type == "ok" for o in commits) >= 20
+    assert all(o.meta.group in groups and o.commits() for o in commits)
+    # A commit op sets each key's offset just past the last record its process's poll read.
+    last_poll: dict[Any, Op] = {}
+    for o in done:
+        if o.f == "poll" and o.type == "ok":
+            last_poll[o.process] = o
+        elif o.f == "commit":
+            read = {k: rs[-1][0] + 1 for k, rs in last_poll[o.process].reads().items() if rs}
+            assert dict(o.commits()) == read, o
+    # Transactions that polled carry their offset commits, whatever their outcome.
+    txns = [o for o in done if o.f == "txn" and o.commits()]
+    assert sum(o.type == "ok" for o in txns) >= 5 and any(o.type == "fail" for o in txns)
+    for o in txns:
+        assert o.meta.group in groups
+        assert dict(o.commits()) == {k: rs[-1][0] + 1 for k, rs in o.reads().items() if rs}
+    assert probe.sample("kmon_probe_ops_total", {"f": "commit", "type": "ok"}) == sum(
+        o.type == "ok" for o in commits)
+
+
+def test_healthy_run_starts_every_assigned_partition_where_its_group_committed(
+        healthy: Run) -> None:
+    ops, _, _ = healthy
+    done = [o for o in ops if o.type != "invoke"]
+    assigns = [o for o in done if o.f == "assign" and o.type == "ok"]
+    assert assigns and all(set(o.meta.starts) == set(o.value) for o in assigns)
+    assert all(o.meta.group.endswith("-assign") for o in assigns)
+    rebalanced = [o for o in done if o.f != "assign" and o.meta.starts]
+    assert rebalanced, "no subscribe-mode rebalance recorded a start"
+    assert all(o.meta.group.endswith("-subscribe") for o in rebalanced)
+    sources = Counter(s.source for o in done for s in o.meta.starts.values())
+    assert sources["committed"] >= 5 and sources["reset"] >= 1, sources
+    assert set(sources) <= {"committed", "reset", "client"}, sources
+    # A committed start is an offset that a commit of its group that may have stored (ok or
+    # info, a commit op's or a transaction's) set, invoked before the start's op completed.
+    invoked: dict[Any, int] = {}
+    written: dict[tuple[str, Any, int], int] = {}  # (group, key, offset) -> earliest invoke
+    for o in ops:
+        if o.type == "invoke":
+            invoked[o.process] = o.index
+        elif o.type in ("ok", "info"):
+            for k, off in o.commits():
+                at = written.get((o.meta.group, k, off), o.index)
+                written[(o.meta.group, k, off)] = min(at, invoked[o.process])
+    for o in done:
+        for k, start in o.meta.starts.items():
+            if start.source == "committed":
+                assert written.get((o.meta.group, k, start.offset), o.index) < o.index, (
+                    o, k, start)
+
+
 def test_events_topic_decodes_to_the_local_history(
     healthy: Run, kafka_bootstrap: str,
 ) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from kmon.history import loads
+from kmon.history import Op, Start, loads
 from kmon.probes import clients as C
 from kmon.probes import config as probe_config
 from kmon.probes.metrics import ProbeMetrics
@@ -68,9 +68,21 @@ def _read(proc: Process, key: int, want: int) -> list[int]:
     return offsets
 
 
-def test_a_reassign_while_an_offset_commit_is_pending_starts_at_the_committed_offset(
-    kafka_bootstrap: str, workload: Workload,
-) -> None:
+def _history(workload: Workload) -> list[Op]:
+    history = workload.recorder.history
+    assert isinstance(history, io.StringIO)
+    return loads(history.getvalue(), "jsonl")
+
+
+def _starts(workload: Workload) -> list[tuple[str, str | None, dict[Any, Start]]]:
+    """(type, group, starts) of every assign op's completion."""
+    return [(o.type, o.meta.group, o.meta.starts) for o in _history(workload)
+            if o.f == "assign" and o.type != "invoke"]
+
+
+def _reassign_while_pending(kafka_bootstrap: str, workload: Workload) -> tuple[int, list[int]]:
+    """The key's group commits 10, then a transaction holds 20 pending for 2 s while the probe
+    assigns the key, and re-assigns it 0.5 s later; returns the key and the offsets read."""
     key, topic, partition = _filled_key(kafka_bootstrap, workload, 30)
     group = f"{workload.cfg.topic_prefix}-assign"  # the group assign-mode consumers use
     committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
@@ -95,7 +107,31 @@ def test_a_reassign_while_an_offset_commit_is_pending_starts_at_the_committed_of
         timer.join()
         proc.close_clients()
         committer.close()
+    return key, offsets
+
+
+def test_a_reassign_while_an_offset_commit_is_pending_starts_at_the_committed_offset(
+    kafka_bootstrap: str, workload: Workload,
+) -> None:
+    key, offsets = _reassign_while_pending(kafka_bootstrap, workload)
     assert offsets[:10] == list(range(20, 30))
+    group = f"{workload.cfg.topic_prefix}-assign"
+    # committed() waited out the pending transactional commit, both times
+    assert _starts(workload) == [("ok", group, {key: Start(20, "committed")})] * 2
+    commits = [o for o in _history(workload) if o.f == "commit" and o.type != "invoke"]
+    assert commits and commits[-1].type == "ok" and commits[-1].commits() == [(key, 30)]
+
+
+@pytest.mark.workload_settings(start_positions="client")
+def test_without_the_workaround_librdkafka_restarts_the_reassigned_partition_at_its_log_start(
+    kafka_bootstrap: str, workload: Workload,
+) -> None:
+    """``start_positions: client``: the race the workaround avoids, as the history shows it:
+    starts left to the client (no offset), and reads from 0 although 20 is committed."""
+    key, offsets = _reassign_while_pending(kafka_bootstrap, workload)
+    group = f"{workload.cfg.topic_prefix}-assign"
+    assert _starts(workload) == [("ok", group, {key: Start(None, "client")})] * 2
+    assert offsets[:10] == list(range(10)), "librdkafka 2.16's race did not show"
 
 
 def _pending_offset_commit(bootstrap: str, topic: str, partition: int, group: str,
@@ -166,6 +202,8 @@ def test_a_key_nobody_committed_starts_at_the_log_start(
         assert _read(proc, key, 5) == [0, 1, 2, 3, 4]
     finally:
         proc.close_clients()
+    assert _starts(workload) == [("ok", f"{workload.cfg.topic_prefix}-assign",
+                                  {key: Start(0, "reset")})]
 
 
 @pytest.mark.parametrize(("setting", "expected"), [
