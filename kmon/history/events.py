@@ -5,10 +5,11 @@
 event the probes emit, so here the binary form of schema versions 1 and 2 (Avro's: zig-zag
 varints, length-prefixed UTF-8 strings, arrays in counted blocks, a union as its branch index
 then the value) is read by hand into just what the fold needs, and the op is split into
-per-key fragments by ``fragment.split_fields``, the one definition of splitting. v2 appended
-fields and enum symbols to v1 (the ``commit`` op and micro-op, ``group``, ``starts``), so one
-reader reads both, v1 events stopping before the new fields. Events of any other packaged
-version go through the reference codec (``decode_with_codec``).
+per-key fragments by ``fragment.split_fields``, the one definition of splitting (with the op's
+consumer group and starts; an offset commit's invocation too, as ``kmon check`` splits it). v2
+appended fields and enum symbols to v1 (the ``commit`` op and micro-op, ``group``, ``starts``),
+so one reader reads both, v1 events stopping before the new fields. Events of any other
+packaged version go through the reference codec (``decode_with_codec``).
 
 The contract the monitor holds events to is checked here too: an event that breaks it gets a
 dead-letter *reason* (``REASONS``) instead of fragments. The tests hold this reader to
@@ -349,13 +350,25 @@ def read_event(data: bytes, version: int) -> Event:
     if schema_version != version:
         raise EventError(VERSION_MISMATCH, f"event says {schema_version}, header {version}")
     _judge(index, time, flags)
-    if ty == "invoke":  # nothing for the fold: a read that beats its writer waits for it
-        return Event(probe, index, time, [], placements, group, starts)
+    if ty == "invoke":
+        return Event(probe, index, time, _invoke_frags(index, process, f, time, mops, group),
+                     placements, group, starts)
     it = time if invoke_time is None else invoke_time
     value: Any = mops if f in ("send", "poll", "txn", "commit") else keys if f in (
         "assign", "subscribe") else None
     return Event(probe, index, time, split_fields(index, process, ty, f, time, value,
-                                                  rebalances, it), placements, group, starts)
+                                                  rebalances, it, group, starts),
+                 placements, group, starts)
+
+
+def _invoke_frags(index: int, process: Any, f: str, time: int, mops: list[tuple],
+                  group: str | None) -> list[Fragment]:
+    """An invocation's fragments: none (a read that beats its writer waits for it), but for an
+    offset commit's, which may take effect from its invocation on (as ``kmon check`` folds
+    it)."""
+    if f != "commit" or group is None:
+        return []
+    return split_fields(index, process, "invoke", f, time, mops, (), time, group)
 
 
 def _judge(index: int, time: int, flags: _Flags) -> None:
@@ -402,11 +415,13 @@ def event_of(op: Op) -> Event:
     group = meta.group if meta is not None else None
     starts = dict(meta.starts) if meta is not None else {}
     if op.type == "invoke":
-        return Event(probe, op.index, op.time, [], placements, group, starts)
+        return Event(probe, op.index, op.time, _invoke_frags(
+            op.index, op.process, op.f, op.time, op.value or [], group), placements, group,
+            starts)
     it = op.time if meta is None or meta.invoke_time is None else meta.invoke_time
     return Event(probe, op.index, op.time, split_fields(
-        op.index, op.process, op.type, op.f, op.time, op.value, op.rebalance_log, it), placements,
-        group, starts)
+        op.index, op.process, op.type, op.f, op.time, op.value, op.rebalance_log, it, group,
+        starts), placements, group, starts)
 
 
 @final

@@ -174,9 +174,14 @@ def test_group_starts_and_commits_are_read() -> None:
     raw = _event(f="assign", value=[1, "k"], meta=OpMeta(probe="p", group="g", starts=starts))
     ev = read_event(raw, V)
     assert (ev.group, ev.starts) == ("g", starts)
+    # An offset commit may take effect from its invocation on: its invoke has fragments.
     invoke = read_event(_event(type="invoke", f="commit", value=[("commit", 1, 6)],
                                meta=OpMeta(probe="p", group="g")), V)
-    assert (invoke.group, invoke.starts, invoke.frags) == ("g", {}, [])
+    assert (invoke.group, invoke.starts) == ("g", {})
+    assert [(fr.key, fr.type, fr.group, fr.commits) for fr in invoke.frags] == [
+        (1, "invoke", "g", [6])]
+    assert [(fr.key, fr.group, fr.start) for fr in ev.frags] == [
+        (1, "g", starts[1]), ("k", "g", starts["k"])]
     v1 = read_event(encode_v1(v1_op(Op(**{**_fields(), "meta": OpMeta(probe="p")}))), 1)
     assert (v1.group, v1.starts) == (None, {})
 
