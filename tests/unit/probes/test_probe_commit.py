@@ -1,0 +1,131 @@
+"""A process's commit op without a cluster: what it records for each way a synchronous offset
+commit can end (returned, refused, hung), and that a hung commit's consumer is closed only once
+the call returns, its callbacks then belonging to no op."""
+
+from __future__ import annotations
+
+import io
+import random
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from kmon.history import Op, Rebalance, iter_jsonl
+from kmon.probes import config
+from kmon.probes.metrics import ProbeMetrics
+from kmon.probes.process import Process
+from kmon.probes.recorder import Recorder
+
+TOPIC = "kmon-probe-t.0"
+
+
+class Keys:
+    """Key k is partition k of one topic."""
+
+    version = 0
+
+    def topic_partition(self, key: int) -> tuple[str, int]:
+        return TOPIC, key
+
+    def key(self, topic: str, partition: int) -> int | None:
+        return partition if topic == TOPIC else None
+
+
+class FakeConsumer:
+    """``commit`` answers with ``answer``: partition errors, an exception, or an Event to
+    block on (then it returns no error)."""
+
+    def __init__(self, answer: Any = None) -> None:
+        self.answer = answer
+        self.committed: list[list[tuple[str, int, int]]] = []
+        self.closed = threading.Event()
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[Any]:
+        assert asynchronous is False
+        self.committed.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        if isinstance(self.answer, threading.Event):
+            self.answer.wait()
+        errors = self.answer or {}
+        # (TopicPartition.error is read-only: the process reads nothing else of the result)
+        return [SimpleNamespace(error=KafkaError(errors[tp.partition])
+                                if tp.partition in errors else None) for tp in offsets]
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def process(consumer: FakeConsumer) -> tuple[Process, io.StringIO]:
+    cfg = config.load(env={}, overrides={"kafka.bootstrap.servers": "127.0.0.1:1", "name": "t",
+                                         "op_timeout": "0.2", "close_timeout": "1"})
+    history = io.StringIO()
+    pids = iter(range(100))
+    wl = SimpleNamespace(cfg=cfg, recorder=Recorder(cfg.probe_id, ProbeMetrics(
+        CollectorRegistry()), history=history), keyspace=Keys(), new_pid=lambda: next(pids),
+        abandoned_clients=[], count_error=lambda err: None,
+        metrics=SimpleNamespace(rebalances=SimpleNamespace(
+            labels=lambda kind: SimpleNamespace(inc=lambda: None))))
+    proc = Process(0, wl, random.Random(0))  # type: ignore[arg-type]
+    proc.consumer, proc.group = consumer, "kmon-probe-t-assign"  # type: ignore[assignment]
+    return proc, history
+
+
+def ops(history: io.StringIO) -> list[Op]:
+    return list(iter_jsonl(history.getvalue().splitlines()))
+
+
+def test_a_commit_that_returned_clean_is_ok_with_its_group_and_offsets() -> None:
+    consumer = FakeConsumer()
+    proc, history = process(consumer)
+    proc.commit({1: 5, 2: 7})
+    invoke, done = ops(history)
+    assert consumer.committed == [[(TOPIC, 1, 5), (TOPIC, 2, 7)]]
+    assert (done.f, done.type, done.commits()) == ("commit", "ok", [(1, 5), (2, 7)])
+    assert invoke.value == done.value and invoke.meta.group == done.meta.group
+    assert done.meta.group == "kmon-probe-t-assign" and set(done.meta.placements) == {1, 2}
+    assert proc.pid == 0 and proc.consumer is consumer
+
+
+def test_nothing_to_commit_is_no_op() -> None:
+    proc, history = process(FakeConsumer())
+    proc.commit({})
+    assert ops(history) == []
+
+
+def test_a_refused_commit_is_fail_and_the_process_carries_on() -> None:
+    consumer = FakeConsumer(KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION)))
+    proc, history = process(consumer)
+    proc.commit({1: 5, 2: 7})
+    done = ops(history)[-1]
+    assert (done.type, done.meta.error.split(":")[0]) == ("fail", "ILLEGAL_GENERATION")
+    assert proc.pid == 0 and proc.consumer is consumer
+
+
+def test_a_commit_that_may_have_stored_is_info_and_the_process_starts_afresh() -> None:
+    consumer = FakeConsumer({2: KafkaError.UNKNOWN_TOPIC_OR_PART})  # 1 stored, 2 refused
+    proc, history = process(consumer)
+    proc.commit({1: 5, 2: 7})
+    assert ops(history)[-1].type == "info"
+    assert proc.pid == 1 and proc.consumer is None and consumer.closed.is_set()
+
+
+def test_a_hung_commit_is_info_and_its_consumer_is_closed_once_the_call_returns() -> None:
+    release = threading.Event()
+    consumer = FakeConsumer(release)
+    proc, history = process(consumer)
+    proc.commit({1: 5})
+    done = ops(history)[-1]
+    assert done.type == "info" and "commit did not return within 0.2s" in done.meta.error
+    assert proc.pid == 1 and proc.consumer is None
+    assert not consumer.closed.is_set(), "closed under a call in progress"
+    # Its callbacks (a close revokes) now belong to no op of the process.
+    proc._on_revoke(consumer, [TopicPartition(TOPIC, 1)])  # type: ignore[arg-type]
+    assert proc.rebalances == []
+    proc._on_revoke(FakeConsumer(), [TopicPartition(TOPIC, 1)])  # type: ignore[arg-type]
+    assert proc.rebalances == [Rebalance("revoked", (1,))]
+    release.set()
+    assert consumer.closed.wait(5)
