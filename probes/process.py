@@ -514,13 +514,17 @@ class Process:
 
     def commit(self, offsets: dict[int, int]) -> None:
         """A commit op: the group's offset of each key set to ``offsets[key]`` (the next one to
-        read), synchronously, bounded by the op timeout. Nothing to commit: no op."""
+        read). Nothing to commit: no op."""
         consumer, group = self.consumer, self.group
         if not offsets or consumer is None:
             return
         mops = [("commit", k, off) for k, off in offsets.items()]
         self._invoke("commit", mops, group=group)
-        tps = self._offsets(offsets)
+        outcome = self._commit_sync(consumer, self._offsets(offsets))
+        self._complete(outcome, mops, list(offsets), group=group)
+
+    def _commit_sync(self, consumer: Consumer, tps: list[TopicPartition]) -> str:
+        """Commit ``tps`` synchronously, bounded by the op timeout; the commit op's outcome."""
         retired = threading.Event()
 
         def close_late() -> None:  # once a hung commit returns: nothing else uses it then
@@ -530,11 +534,6 @@ class Process:
         try:
             done = C.bounded(lambda: consumer.commit(offsets=tps, asynchronous=False),
                              timeout=self.cfg.op_timeout, name="commit", late=close_late)
-            errors = [tp.error for tp in done or ()]
-            outcome = commit_outcome(errors)
-            for err in errors:
-                if err is not None:
-                    self._error(err)
         except C.Hung as e:
             # Closing or using the consumer under the call in progress is unsafe: it goes,
             # closed by close_late when the call returns (its callbacks ignored: _retired).
@@ -542,15 +541,19 @@ class Process:
             self.wl.abandoned_clients.append(consumer)
             retired.set()
             self._error(e)
-            outcome = INFO
+            return INFO
         except KafkaException as e:
             self._error(e)
             err = kafka_error(e)
-            outcome = INFO if err is None else commit_error_outcome(err, len(tps))
+            return INFO if err is None else commit_error_outcome(err, len(tps))
         except RuntimeError as e:  # "Consumer closed": refused before librdkafka saw it
             self._error(e)
-            outcome = FAIL
-        self._complete(outcome, mops, list(offsets), group=group)
+            return FAIL
+        errors = [tp.error for tp in done or ()]
+        for err in errors:
+            if err is not None:
+                self._error(err)
+        return commit_outcome(errors)
 
     def txn(self) -> bool:
         deliberate = self.rng.random() < self.cfg.abort_share
