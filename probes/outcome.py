@@ -127,68 +127,28 @@ def txn_outcome(*, committed: bool | None, aborted: bool | None) -> str:
     return INFO
 
 
-# Offset commit errors the group coordinator answers for the whole request, having validated it
-# before writing anything (Kafka's GroupCoordinator/OffsetMetadataManager: authorization, then
-# the member and generation, then the append of every offset record as one batch). librdkafka
-# treats each as permanent and does not retry it.
-_COMMIT_REFUSED = frozenset((
-    # the group is being rebalanced: the member must rejoin before it may commit
-    KafkaError.REBALANCE_IN_PROGRESS,
-    # the member's generation (classic) or epoch (KIP-848) is not the group's current one
-    KafkaError.ILLEGAL_GENERATION,
-    KafkaError.STALE_MEMBER_EPOCH,
-    # the member is not (or no longer) in the group, or its static instance id was taken
-    KafkaError.UNKNOWN_MEMBER_ID,
-    KafkaError.FENCED_INSTANCE_ID,
-    # the principal may not read the group: checked before anything else
-    KafkaError.GROUP_AUTHORIZATION_FAILED,
-    # the batch of offset records was too large to append: none of it was written
-    KafkaError.INVALID_COMMIT_OFFSET_SIZE,
-))
-# Errors the coordinator gives single partitions, filtering them out of the request while it
-# stores the others: proof only for the partition that carries them.
-_COMMIT_PARTITION_REFUSED = frozenset((
-    # the topic is unknown to the coordinator's metadata (deleted, or never created)
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError.UNKNOWN_TOPIC_ID,
-    # the principal may not read the topic
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    # the commit's metadata string exceeds offset.metadata.max.bytes (the probe sends none)
-    KafkaError.OFFSET_METADATA_TOO_LARGE,
-))
-# Raised by librdkafka before any request is sent.
+# Raised by librdkafka before any request is sent: the only commit errors that prove nothing was
+# stored. A refusal by the coordinator does not: librdkafka retries an OffsetCommit after a
+# request timeout, a transport error or a coordinator error (up to twice), and if such a first
+# attempt was in fact stored and a retry was then refused (the group rebalanced meanwhile, the
+# member was fenced...), the refusal is all the application sees. Nothing in confluent-kafka's
+# API tells a retried commit apart, so a refused commit is ``info``: the checker then allows for
+# its offsets (kmon.checker.offsets), where ``fail`` would have it report them, falsely, as an
+# offset nobody committed.
 _COMMIT_NOT_SENT = frozenset((
     KafkaError._NO_OFFSET,  # no valid offset to commit
     KafkaError._INVALID_ARG,
 ))
-# Caveat: librdkafka retries an OffsetCommit after a request timeout, a transport error or a
-# coordinator error (up to twice). If such a first attempt was in fact stored and a retry was
-# then refused (the group rebalanced meanwhile), the refusal is all the application sees: a
-# ``fail`` whose offsets are committed. Only a fault (a lost response, a coordinator move) can
-# lead there; nothing in confluent-kafka's API tells a retried commit apart.
 
 
 def commit_outcome(errors: Sequence[KafkaError | None]) -> str:
     """Outcome of a synchronous offset commit that returned: ``errors`` holds each committed
-    partition's error (None: stored). Some stored and some refused is ``info``: the op model
-    has no partial outcome."""
-    if all(e is None for e in errors):
-        return OK
-    refused = _COMMIT_REFUSED | _COMMIT_PARTITION_REFUSED
-    if all(e is not None and e.code() in refused for e in errors):
-        return FAIL
-    return INFO
+    partition's error (None: stored). Any error is ``info`` (see ``_COMMIT_NOT_SENT``); some
+    stored and some refused is too (the op model has no partial outcome)."""
+    return OK if all(e is None for e in errors) else INFO
 
 
-def commit_error_outcome(err: KafkaError, partitions: int) -> str:
-    """Outcome of a synchronous offset commit of ``partitions`` partitions that raised ``err``.
-
-    librdkafka then reports one error for the whole commit (its last failed partition's), so a
-    partition-level refusal proves nothing about the other partitions of the commit.
-    """
-    code = err.code()
-    if code in _COMMIT_REFUSED or code in _COMMIT_NOT_SENT:
-        return FAIL
-    if code in _COMMIT_PARTITION_REFUSED and partitions == 1:
-        return FAIL
-    return INFO
+def commit_error_outcome(err: KafkaError) -> str:
+    """Outcome of a synchronous offset commit that raised ``err``: ``fail`` only when
+    librdkafka sent nothing."""
+    return FAIL if err.code() in _COMMIT_NOT_SENT else INFO

@@ -3,7 +3,8 @@
 Jepsen's process discipline: a process runs one op at a time (invoke, then its completion).
 After a ``crash`` op or any ``info`` completion its clients are torn down (bounded close) and it
 continues under a **fresh process id** with new clients, so the checker can forget the old
-consumer's position. A process owns an idempotent producer (``send`` ops), a transactional
+consumer's position (except an ``info`` offset commit whose call returned: nothing of it is
+still in flight). A process owns an idempotent producer (``send`` ops), a transactional
 producer (``txn`` ops; one ``transactional.id`` per process slot, so a replacement fences and
 aborts whatever its predecessor left open), a consumer and an admin client (metadata).
 
@@ -204,7 +205,8 @@ class Process:
         self.errors.clear()
         self.rec.invoke(self.pid, f, value, self.rec.meta(**meta))
 
-    def _complete(self, type_: str, value: Any, touched: Any = (), **meta: Any) -> None:
+    def _complete(self, type_: str, value: Any, touched: Any = (), respawn: bool = True,
+                  **meta: Any) -> None:
         if self.errors and "error" not in meta:
             meta["error"] = "; ".join(dict.fromkeys(self.errors))
         if self.starts:
@@ -216,7 +218,7 @@ class Process:
         self.rebalances.clear()
         self.rec.complete(self.pid, type_, value, self.rec.meta(placements=placements, **meta),
                           rebalances)
-        if type_ == INFO:
+        if type_ == INFO and respawn:
             self.respawn()
 
     def _error(self, err: Any) -> None:
@@ -521,7 +523,11 @@ class Process:
         mops = [("commit", k, off) for k, off in offsets.items()]
         self._invoke("commit", mops, group=group)
         outcome = self._commit_sync(consumer, self._offsets(offsets))
-        self._complete(outcome, mops, list(offsets), group=group)
+        # A commit refused when the call returned is info (an earlier attempt librdkafka
+        # retried may have been stored: outcome.commit_outcome), yet nothing of it is still
+        # in flight: the process keeps its clients and id. Only a hung call respawns it.
+        self._complete(outcome, mops, list(offsets), respawn=self.consumer is not consumer,
+                       group=group)
 
     def _commit_sync(self, consumer: Consumer, tps: list[TopicPartition]) -> str:
         """Commit ``tps`` synchronously, bounded by the op timeout; the commit op's outcome."""
@@ -545,7 +551,7 @@ class Process:
         except KafkaException as e:
             self._error(e)
             err = kafka_error(e)
-            return INFO if err is None else commit_error_outcome(err, len(tps))
+            return INFO if err is None else commit_error_outcome(err)
         except RuntimeError as e:  # "Consumer closed": refused before librdkafka saw it
             self._error(e)
             return FAIL
@@ -719,7 +725,7 @@ class Process:
             if reads is None:
                 break
             if self.consumer is None:
-                # The poll's offset commit completed info: read on as a fresh process, from
+                # The poll's offset commit hung (info): read on as a fresh process, from
                 # the committed offsets, whichever commit they hold.
                 if not self._assign_by(keys, deadline, stop):
                     break

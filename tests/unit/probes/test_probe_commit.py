@@ -96,21 +96,29 @@ def test_nothing_to_commit_is_no_op() -> None:
     assert ops(history) == []
 
 
-def test_a_refused_commit_is_fail_and_the_process_carries_on() -> None:
+def test_a_refused_commit_is_info_and_the_process_carries_on() -> None:
+    # A retried attempt may have been stored; the call returned, so nothing is in flight.
     consumer = FakeConsumer(KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION)))
     proc, history = process(consumer)
     proc.commit({1: 5, 2: 7})
     done = ops(history)[-1]
-    assert (done.type, done.meta.error.split(":")[0]) == ("fail", "ILLEGAL_GENERATION")
+    assert (done.type, done.meta.error.split(":")[0]) == ("info", "ILLEGAL_GENERATION")
     assert proc.pid == 0 and proc.consumer is consumer
 
 
-def test_a_commit_that_may_have_stored_is_info_and_the_process_starts_afresh() -> None:
+def test_a_partly_stored_commit_is_info_and_the_process_carries_on() -> None:
     consumer = FakeConsumer({2: KafkaError.UNKNOWN_TOPIC_OR_PART})  # 1 stored, 2 refused
     proc, history = process(consumer)
     proc.commit({1: 5, 2: 7})
     assert ops(history)[-1].type == "info"
-    assert proc.pid == 1 and proc.consumer is None and consumer.closed.is_set()
+    assert proc.pid == 0 and proc.consumer is consumer and not consumer.closed.is_set()
+
+
+def test_a_commit_librdkafka_never_sent_is_fail() -> None:
+    consumer = FakeConsumer(KafkaException(KafkaError(KafkaError._NO_OFFSET)))
+    proc, history = process(consumer)
+    proc.commit({1: 5})
+    assert ops(history)[-1].type == "fail" and proc.pid == 0
 
 
 def test_a_hung_commit_is_info_and_its_consumer_is_closed_once_the_call_returns() -> None:
