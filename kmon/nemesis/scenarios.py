@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 # The findings the proxy rows reproduce (Jepsen's report is reference 004 in shared/reference).
 BUFSTREAM = "https://jepsen.io/analyses/bufstream-0.1.0"
 KAFKA_17754 = "https://issues.apache.org/jira/browse/KAFKA-17754"
+OFFSET_TRACKING = "https://kafka.apache.org/documentation/#impl_offsettracking"
 KIP_952 = ("https://cwiki.apache.org/confluence/display/KAFKA/KIP-952%3A+Regenerate+"
            "segment-aligned+producer+snapshots+when+upgrading+to+a+Kafka+version+supporting+"
            "Tiered+Storage")
@@ -198,9 +199,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              duration=10.0, must=("offset-commit-reread",), origin="proxy",
              note="offset commits acknowledged and never stored: the next consumer re-reads",
              reproduces="a consumer group's committed offsets lost by the broker that "
-                        "acknowledged them (issue 28: committed offsets are data; a coordinator "
-                        "that answers before its write is durable, or loses it in a failover, "
-                        "does this). The proxy answers every offset commit of the probe's "
+                        f"acknowledged them ([offset tracking]({OFFSET_TRACKING}): committed "
+                        "offsets are records of `__consumer_offsets`; a coordinator that "
+                        "answers before its write is durable, or loses it in a failover, does "
+                        "this). The proxy answers every offset commit of the probe's "
                         "groups for 10 s with success and forwards none: the coordinator keeps "
                         "the older offsets, and consumers assigned the partitions start there"),
     Scenario("duplicated-produce", "kafka-proxied",
