@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from kmon.history import Op, Start, loads
+from kmon.checker import CheckConfig, Checker
+from kmon.history import Op, OpMeta, Start, loads
 from kmon.probes import clients as C
 from kmon.probes import config as probe_config
 from kmon.probes.metrics import ProbeMetrics
@@ -80,18 +81,23 @@ def _starts(workload: Workload) -> list[tuple[str, str | None, dict[Any, Start]]
             if o.f == "assign" and o.type != "invoke"]
 
 
-def _reassign_while_pending(kafka_bootstrap: str, workload: Workload) -> tuple[int, list[int]]:
+def _reassign_while_pending(kafka_bootstrap: str, workload: Workload,
+                            outside: list[Op] | None = None) -> tuple[int, list[int]]:
     """The key's group commits 10, then a transaction holds 20 pending for 2 s while the probe
-    assigns the key, and re-assigns it 0.5 s later; returns the key and the offsets read."""
+    assigns the key, and re-assigns it 0.5 s later; returns the key and the offsets read.
+    ``outside`` receives those two commits as ops of two processes outside the probe."""
     key, topic, partition = _filled_key(kafka_bootstrap, workload, 30)
     group = f"{workload.cfg.topic_prefix}-assign"  # the group assign-mode consumers use
     committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    t0 = time.time_ns()
     committer.commit(offsets=[TopicPartition(topic, partition, 10)], asynchronous=False)
+    t1 = time.time_ns()
     # A transaction moves the group's offset to 20; until it commits, 20 is pending.
     txn = Producer({"bootstrap.servers": kafka_bootstrap,
                     "transactional.id": f"start-{uuid.uuid4().hex[:6]}"})
     txn.init_transactions(30)
     txn.begin_transaction()
+    t2 = time.time_ns()
     txn.send_offsets_to_transaction([TopicPartition(topic, partition, 20)],
                                     committer.consumer_group_metadata(), 30)
     timer = threading.Timer(2.0, txn.commit_transaction, args=(30,))
@@ -105,8 +111,15 @@ def _reassign_while_pending(kafka_bootstrap: str, workload: Workload) -> tuple[i
         offsets = _read(proc, key, 10)
     finally:
         timer.join()
+        t3 = time.time_ns()  # (the transaction committed by now)
         proc.close_clients()
         committer.close()
+    if outside is not None:
+        for p, off, f, start, end in ((1000, 10, "commit", t0, t1), (1001, 20, "txn", t2, t3)):
+            mops = [("commit", key, off)]
+            outside += [Op(-1, start, p, "invoke", f, mops, meta=OpMeta(group=group)),
+                        Op(-1, end, p, "ok", f, mops,
+                           meta=OpMeta(group=group, invoke_time=start))]
     return key, offsets
 
 
@@ -127,11 +140,21 @@ def test_without_the_workaround_librdkafka_restarts_the_reassigned_partition_at_
     kafka_bootstrap: str, workload: Workload,
 ) -> None:
     """``start_positions: client``: the race the workaround avoids, as the history shows it:
-    starts left to the client (no offset), and reads from 0 although 20 is committed."""
-    key, offsets = _reassign_while_pending(kafka_bootstrap, workload)
+    starts left to the client (no offset), and reads from 0 although 20 is committed. The
+    checker, given the group's commits, reports the start as ``offset-commit-reread``."""
+    outside: list[Op] = []
+    key, offsets = _reassign_while_pending(kafka_bootstrap, workload, outside)
     group = f"{workload.cfg.topic_prefix}-assign"
     assert _starts(workload) == [("ok", group, {key: Start(None, "client")})] * 2
     assert offsets[:10] == list(range(10)), "librdkafka 2.16's race did not show"
+    ops = sorted(_history(workload) + outside, key=lambda o: o.time)
+    for i, op in enumerate(ops):
+        op.index = i
+    report = Checker(CheckConfig(cycles=False)).run(ops)
+    [reread] = report.errors["offset-commit-reread"]
+    assert (reread["key"], reread["group"], reread["offset"], reread["source"]) == (
+        key, group, 0, "client")
+    assert reread["expected"] in ([10], [10, 20], [20])
 
 
 def _pending_offset_commit(bootstrap: str, topic: str, partition: int, group: str,
