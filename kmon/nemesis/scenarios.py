@@ -115,11 +115,14 @@ SCENARIOS: tuple[Scenario, ...] = (
                       "nonmonotonic-poll", "nonmonotonic-send", "unseen"),
              note="acks=1 records on the leader alone vanish; their offsets are reused"),
     Scenario("offsets-unclean", "safe",
-             # The assign-mode group: assign ops and the final read look its offsets up.
-             lambda c, p, prefix: OffsetsUncleanElection(c, group=f"{prefix}-assign", lag=6.0),
+             # The assign-mode group: assign ops and the final read look its offsets up. The
+             # paused follower also stalls the probe's own partitions until it is fenced, so
+             # the lag is long: consumers must read on (and commit new offsets) during it, or
+             # the lost commits only repeat offsets the survivor already has.
+             lambda c, p, prefix: OffsetsUncleanElection(c, group=f"{prefix}-assign", lag=15.0),
              duration=10.0, any_of=("offset-commit-reread", "offset-commit-lost"),
              allowed=(*KAFKA_NORMAL, "offset-commit-reread", "offset-commit-lost"),
-             note="the group's __consumer_offsets partition elected uncleanly: 6 s of "
+             note="the group's __consumer_offsets partition elected uncleanly: 15 s of "
                   "acknowledged offset commits vanish; consumers re-read"),
     Scenario("idempotence-off", "idempotence-off",
              lambda c, p, prefix: NetworkFault(
