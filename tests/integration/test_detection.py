@@ -153,7 +153,6 @@ def test_offsets_lost_in_an_unclean_election_are_reported_as_the_history_shows(
     if not lost:
         # Commits lost in the election may only repeat offsets the survivor has (consumers
         # that read nothing new), or be overwritten before anyone looks them up.
-        assert r.fault_info.get("truncated", 0) >= 0, r.fault_info
         pytest.skip(f"no start fell on a lost commit in this run: {r.fault_info}")
     assert _types(r.offline) <= {"offset-commit-reread", "offset-commit-lost"}, r.offline
     assert r.verdict == "pass", r.why
