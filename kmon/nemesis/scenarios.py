@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 BUFSTREAM = "https://jepsen.io/analyses/bufstream-0.1.0"
 KAFKA_17754 = "https://issues.apache.org/jira/browse/KAFKA-17754"
 OFFSET_TRACKING = "https://kafka.apache.org/documentation/#impl_offsettracking"
+AUTOMQ_163 = "https://github.com/AutoMQ/automq/issues/163"
 KIP_952 = ("https://cwiki.apache.org/confluence/display/KAFKA/KIP-952%3A+Regenerate+"
            "segment-aligned+producer+snapshots+when+upgrading+to+a+Kafka+version+supporting+"
            "Tiered+Storage")
@@ -201,13 +202,14 @@ SCENARIOS: tuple[Scenario, ...] = (
              lambda c, p, prefix: _proxy_fault(c, "lost-offset-commit", prefix, 1.0, 0),
              duration=10.0, must=("offset-commit-reread",), origin="proxy",
              note="offset commits acknowledged and never stored: the next consumer re-reads",
-             reproduces="a consumer group's committed offsets lost by the broker that "
-                        f"acknowledged them ([offset tracking]({OFFSET_TRACKING}): committed "
-                        "offsets are records of `__consumer_offsets`; a coordinator that "
-                        "answers before its write is durable, or loses it in a failover, does "
-                        "this). The proxy answers every offset commit of the probe's "
-                        "groups for 10 s with success and forwards none: the coordinator keeps "
-                        "the older offsets, and consumers assigned the partitions start there"),
+             reproduces=f"[AutoMQ #163, consuming offset reset to 0 after a broker restart]"
+                        f"({AUTOMQ_163}): a Kafka-compatible broker acknowledged offset commits "
+                        "it did not keep, so restarted consumers started over (committed "
+                        f"offsets are records of `__consumer_offsets`: [offset tracking]"
+                        f"({OFFSET_TRACKING})). The proxy answers every offset commit of the "
+                        "probe's groups for 6-10 s with success and forwards none: the "
+                        "coordinator keeps the older offsets, and consumers assigned the "
+                        "partitions start there"),
     Scenario("duplicated-produce", "kafka-proxied",
              lambda c, p, prefix: _proxy_fault(c, "duplicate", prefix, 0.3, 5),
              duration=10.0, must=("duplicate",), origin="proxy",
