@@ -88,6 +88,8 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
     if start is not None and group is not None:  # (after the reads, which may precede it)
         offsets.started(st.groups, st.key, group, start.offset, start.source, p, fr.op,
                         fr.invoke_time, t, cfg.grace_ns, sink)
+    if group is not None and cfg.grace_ns is None:  # offline: the history's time as watermark
+        offsets.decide(st.groups, st.key, t, 0, sink)
     if cfg.collect_lags and ty == "ok" and (fr.f == "poll" or fr.f == "txn"):
         if pp.lag_pos >= st.last_revealed:  # caught up with everything known to exist
             sink.lags.append((fr.invoke_time, p, st.key, 0))
@@ -301,6 +303,8 @@ def advance(st: KeyState, watermark: int, cfg: FoldConfig, sink: Sink) -> None:
 def finish(st: KeyState, sink: Sink) -> None:
     """End of an offline history: nothing more will arrive, decide every candidate."""
     lost_write.decide(st, INF, sink)
+    if st.groups:
+        offsets.decide(st.groups, st.key, INF, 0, sink)
 
 
 # (The two scans below compare typed ints: ``min`` of an int and a list item is a generic

@@ -34,8 +34,10 @@ Example: process 1 commits 120 (ok, ends at t=5); process 2's assign at t=9 look
 commit of 80 could follow the one of 120): ``offset-commit-reread`` with offset 80, expected
 [120]. Had process 3 committed 80 between t=4 and t=10 (racing), 80 would be fine.
 
-Reads wait for their verdict until the watermark passes their end plus the grace period
-(online, events of other processes may still arrive), or the end of the history (offline).
+Reads wait for their verdict until every write they may have seen is known: ``SETTLE_NS``
+after they ended (a transaction's offsets are known only from its completion), or the grace
+period online if longer (events of other processes may still arrive). Offline the history's
+own times play the watermark.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ from kmon.checker.sink import Sink
 INDOUBT_NS: Final = 120 * 1_000_000_000
 NEVER: Final = 1 << 62  # (the state's INF; an end that is not known)
 NONE: Final = -1  # a read of no committed offset (offsets are >= 0)
+# How long after a start ended the writes it may have read are all known: a transaction's
+# offsets appear only in its completion (its invoke cannot know them), and the transaction may
+# have committed, visibly, up to its last call's timeout before that (the probe bounds each
+# call by ``op_timeout``, 10 s by default).
+SETTLE_NS: Final = 30 * 1_000_000_000
 # How long a write stays after an acknowledged one replaced it: a start (an assign's lookup)
 # may have begun that long before it ended (the probe bounds its ops by ``op_timeout``).
 KEPT_NS: Final = 60 * 1_000_000_000
@@ -107,9 +114,10 @@ class GroupOffsets:
     """One group's committed offset of one key: its writes, the reads awaiting a verdict, and
     the processes whose client-positioned start awaits its first read."""
 
-    __slots__ = ("awaiting", "reads", "writes")
+    __slots__ = ("awaiting", "kept", "reads", "writes")
 
     def __init__(self) -> None:
+        self.kept = 0  # writes left by the last ``_forget``: the next runs at half again as many
         self.writes: list[OffsetWrite] = []
         self.reads: list[StartRead] = []
         self.awaiting: dict[Any, StartRead] = {}  # process -> its assignment, offset unknown
@@ -156,7 +164,7 @@ def committed(groups: dict[str, GroupOffsets], group: str, offsets: list[int], p
         elif ty == "fail":
             g.writes.remove(w)
     if len(g.writes) > MAX_WRITES:
-        _forget(g, end - KEPT_NS)
+        _forget(g, _horizon(g, end - KEPT_NS))
 
 
 def _in_flight(g: GroupOffsets, process: Any, offset: int) -> OffsetWrite | None:
@@ -192,13 +200,11 @@ def first_read(groups: dict[str, GroupOffsets], key: Any, process: Any, offset: 
 
 def _add_read(g: GroupOffsets, group: str, key: Any, r: StartRead, grace: int | None,
               sink: Sink) -> None:
-    """Offline (no grace), judged now: every write invoked before the read ended is known
-    (history order), and what later completions could add only excuses more."""
-    if grace is None:
-        _judge(g, group, key, r, sink)
-    else:
-        r.due = r.end + grace
-        g.reads.append(r)
+    """A read, judged once the writes it may have seen are known: a transaction's offsets are
+    known only from its completion, which may come ``SETTLE_NS`` after a read saw them
+    (and online, events come up to the grace period late)."""
+    r.due = r.end + max(SETTLE_NS, grace or 0)
+    g.reads.append(r)
 
 
 def crashed(groups: dict[str, GroupOffsets], process: Any) -> None:
@@ -223,9 +229,8 @@ def decide(groups: dict[str, GroupOffsets], key: Any, watermark: int, grace: int
         horizon = watermark - grace - KEPT_NS
         if g.awaiting:  # a start with no read for that long is not judged (a crashed process's)
             g.awaiting = {p: r for p, r in g.awaiting.items() if r.start >= horizon}
-        for r in g.reads:
-            horizon = min(horizon, r.start)
-        _forget(g, horizon)
+        if len(g.writes) >= g.kept + g.kept // 2 + 16:  # (amortized: a scan per half again)
+            _forget(g, _horizon(g, horizon))
 
 
 def next_due(groups: dict[str, GroupOffsets]) -> int:
@@ -307,6 +312,15 @@ def _forget(g: GroupOffsets, horizon: int) -> None:
     if len(g.writes) > MAX_WRITES:
         g.writes.sort(key=_start_of)
         del g.writes[:len(g.writes) - MAX_WRITES]
+    g.kept = len(g.writes)
+
+
+def _horizon(g: GroupOffsets, t: int) -> int:
+    """``t``, or the start of a read still awaiting its verdict if earlier."""
+    for r in g.reads:
+        if r.start < t:
+            t = r.start
+    return t
 
 
 def _start_of(w: OffsetWrite) -> int:

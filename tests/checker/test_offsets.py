@@ -184,6 +184,20 @@ def test_transactional_commits_count_if_the_transaction_commits():
     assert both(h) == [(OFFSET_COMMIT_SKIP, 60)]
 
 
+def test_a_transaction_completing_after_the_start_that_read_its_offsets_explains_it():
+    # Its offsets are known from its completion only; the start waits for it (SETTLE_NS).
+    h = History()
+    h.commit(1, 8, 1, 2)
+    h.start(2, 9, 5.0, 5.2)
+    h.txn(3, 9, 4.9, 5.25)
+    assert both(h) == []
+    h = History()
+    h.commit(1, 8, 1, 2)
+    h.start(2, 9, 5.0, 5.2)
+    h.txn(3, 9, 4.9, 20.0)  # a commit call that hung: the transaction committed meanwhile
+    assert both(h) == []
+
+
 def test_a_client_positioned_start_is_judged_by_its_first_read():
     # librdkafka 2.16 restarting a re-assigned partition at the log start although an offset
     # is committed (tests/integration/test_probe_start_offsets.py, start_positions=client).
@@ -251,8 +265,8 @@ def test_writes_kept_stay_bounded_while_commits_go_on():
             checker.advance(int(t * S) - S)
             sizes.append(len(checker.keys[K].groups[G].writes))
     assert checker.sink.anomalies == []
-    # about grace + KEPT_NS (65 s) of commits, whatever the run's length
-    assert max(sizes[-10:]) <= 700
+    # about grace + SETTLE_NS + KEPT_NS (95 s) of commits, whatever the run's length
+    assert max(sizes[-10:]) <= 1024
     assert max(sizes[-10:]) == max(sizes[len(sizes) // 2:])
 
 
