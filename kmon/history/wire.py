@@ -381,40 +381,35 @@ def _bool(x: Any, field: str) -> bool:
     raise HistoryError(f"expected true or false, got {show(x)}", field=field)
 
 
+def _keyed(x: Any, name: str, what: str, twice: str) -> Iterator[tuple[str, Key, dict]]:
+    """(field, key, object) of each object of the list ``x`` (meta ``name``), one per key."""
+    seen: set[Key] = set()
+    for i, obj in enumerate(_list(x, name, f"a list of {what}")):
+        field = f"{name}[{i}]"
+        if not isinstance(obj, dict):
+            raise HistoryError(f"expected an object, got {show(obj)}", field=field)
+        k = key(obj.get("key"), f"{field}.key")
+        if k in seen:
+            raise HistoryError(f"key {show(k)} {twice} twice", field=field)
+        seen.add(k)
+        yield field, k, obj
+
+
 def _placements(x: Any) -> dict[Key, KeyPlacement]:
-    out: dict[Key, KeyPlacement] = {}
-    for i, p in enumerate(_list(x, "placements", "a list of placements")):
-        field = f"placements[{i}]"
-        if not isinstance(p, dict):
-            raise HistoryError(f"expected an object, got {show(p)}", field=field)
-        k = key(p.get("key"), f"{field}.key")
-        if k in out:
-            raise HistoryError(f"key {show(k)} placed twice", field=field)
-        out[k] = KeyPlacement(
-            topic=_str(p.get("topic"), f"{field}.topic"),
-            partition=_int(p.get("partition"), f"{field}.partition", minimum=0),
-            leader=_int(p.get("leader"), f"{field}.leader", optional=True),
-            leader_epoch=_int(
-                p.get("leader-epoch", p.get("leader_epoch")), f"{field}.leader-epoch", optional=True
-            ),
-        )
-    return out
+    return {k: KeyPlacement(
+        topic=_str(p.get("topic"), f"{field}.topic"),
+        partition=_int(p.get("partition"), f"{field}.partition", minimum=0),
+        leader=_int(p.get("leader"), f"{field}.leader", optional=True),
+        leader_epoch=_int(
+            p.get("leader-epoch", p.get("leader_epoch")), f"{field}.leader-epoch", optional=True
+        ),
+    ) for field, k, p in _keyed(x, "placements", "placements", "placed")}
 
 
 def _starts(x: Any) -> dict[Key, Start]:
-    out: dict[Key, Start] = {}
-    for i, s in enumerate(_list(x, "starts", "a list of starts")):
-        field = f"starts[{i}]"
-        if not isinstance(s, dict):
-            raise HistoryError(f"expected an object, got {show(s)}", field=field)
-        k = key(s.get("key"), f"{field}.key")
-        if k in out:
-            raise HistoryError(f"key {show(k)} started twice", field=field)
-        out[k] = Start(
-            offset=_int(s.get("offset"), f"{field}.offset", optional=True),
-            source=_str(s.get("source"), f"{field}.source"),
-        )
-    return out
+    return {k: Start(offset=_int(s.get("offset"), f"{field}.offset", optional=True),
+                     source=_str(s.get("source"), f"{field}.source"))
+            for field, k, s in _keyed(x, "starts", "starts", "started")}
 
 
 def _note_typed_keys(
