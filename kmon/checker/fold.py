@@ -83,11 +83,11 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
     if fr.reads is not None:
         _apply_reads(st, pp, fr, deadline, cfg.inline, sink)
         if fr.reads and st.groups:
-            offsets.first_read(st.groups, st.key, p, fr.reads[0][0], t, cfg.grace_ns, sink)
+            offsets.first_read(st.groups, p, fr.reads[0][0], t, cfg.grace_ns)
     start = fr.start
     if start is not None and group is not None:  # (after the reads, which may precede it)
-        offsets.started(st.groups, st.key, group, start.offset, start.source, p, fr.op,
-                        fr.invoke_time, t, cfg.grace_ns, sink)
+        offsets.started(st.groups, group, start.offset, start.source, p, fr.op, fr.invoke_time,
+                        t, cfg.grace_ns)
     if group is not None and cfg.grace_ns is None:  # offline: the history's time as watermark
         offsets.decide(st.groups, st.key, t, 0, sink)
     if cfg.collect_lags and ty == "ok" and (fr.f == "poll" or fr.f == "txn"):

@@ -174,32 +174,29 @@ def _in_flight(g: GroupOffsets, process: Any, offset: int) -> OffsetWrite | None
     return None
 
 
-def started(groups: dict[str, GroupOffsets], key: Any, group: str, offset: int | None,
-            source: str, process: Any, op: int, start: int, end: int, grace: int | None,
-            sink: Sink) -> None:
+def started(groups: dict[str, GroupOffsets], group: str, offset: int | None, source: str,
+            process: Any, op: int, start: int, end: int, grace: int | None) -> None:
     """An assignment started the key at ``offset`` for ``source`` reasons (``model.Start``)."""
     g = _group(groups, group)
     g.awaiting.pop(process, None)
     if source == "committed" or source == "reset":
         read = NONE if source == "reset" or offset is None else offset
-        _add_read(g, group, key, StartRead(read, source, process, op, start, end, NEVER), grace,
-                  sink)
+        _add_read(g, StartRead(read, source, process, op, start, end, NEVER), grace)
     elif source == "client":
         g.awaiting[process] = StartRead(NONE, source, process, op, start, end, NEVER)
 
 
-def first_read(groups: dict[str, GroupOffsets], key: Any, process: Any, offset: int, end: int,
-               grace: int | None, sink: Sink) -> None:
+def first_read(groups: dict[str, GroupOffsets], process: Any, offset: int, end: int,
+               grace: int | None) -> None:
     """``process`` read ``offset`` first since a client-positioned start: where it started."""
-    for name, g in groups.items():
+    for g in groups.values():
         r = g.awaiting.pop(process, None)
         if r is not None:
             r.offset, r.end = offset, end
-            _add_read(g, name, key, r, grace, sink)
+            _add_read(g, r, grace)
 
 
-def _add_read(g: GroupOffsets, group: str, key: Any, r: StartRead, grace: int | None,
-              sink: Sink) -> None:
+def _add_read(g: GroupOffsets, r: StartRead, grace: int | None) -> None:
     """A read, judged once the writes it may have seen are known: a transaction's offsets are
     known only from its completion, which may come ``SETTLE_NS`` after a read saw them
     (and online, events come up to the grace period late)."""
