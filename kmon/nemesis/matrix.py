@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kmon.checker import ANOMALY_TYPES
+from kmon.checker import ANOMALY_TYPES, offsets
 from kmon.checker.anomaly import UNSEEN
 from kmon.nemesis import presets
 from kmon.nemesis.probe_child import ProbeChild, ProbeDied
@@ -319,9 +319,11 @@ class Matrix:
         wait_for(lambda: m.events >= self._emitted, "the monitor to read every op event",
                  timeout)
         # Two rounds: the first tick decides stage 1's absence verdicts; the facts they send
-        # reach stage 2, whose verdicts the second tick's round lets it decide.
+        # reach stage 2, whose verdicts the second tick's round lets it decide. A start waits
+        # for the transactions it may have read (offsets.SETTLE_NS) if that is longer.
+        wait = max(cfg.grace_s, offsets.SETTLE_NS / 1e9)
         for _ in range(2):
-            time.sleep(cfg.watermark_delay_s + cfg.grace_s + 2 * cfg.trigger_s)
+            time.sleep(cfg.watermark_delay_s + wait + 2 * cfg.trigger_s)
             self._send([replay.clock_tick(time.time_ns(), "matrix-clock")])
             wait_for(lambda: m.events >= self._emitted, "the monitor to read the tick", timeout)
         time.sleep(4 * cfg.trigger_s + 2)  # the last micro-batches' outputs
