@@ -201,7 +201,8 @@ def _timeline_svg(inv: Investigation, highlight: set[int]) -> str:
             cls = ["op", op.f, op.type] + (["evidence"] if op.index in highlight else [])
             vals = " ".join(str(v) for m in op.value or () if op.f in MOP_FS
                             for v in ([m[2]] if m[0] == "send" else
-                                      [v for pairs in (m[1] or {}).values() for _, v in pairs]))
+                                      [v for pairs in (m[1] or {}).values() for _, v in pairs]
+                                      if m[0] == "poll" else []))
             parts.append(
                 f'<g class="{" ".join(cls)}" data-index="{op.index}" data-values="{_e(vals)}">'
                 f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{ROW_H - 6}"/>'

@@ -37,6 +37,9 @@ def _trim(op: Op, key: Any, keep_mop: Any = None) -> Op | None:
         if m[0] == "send":
             if same_key(m[1], key) and (keep_mop is None or keep_mop(m)):
                 mops.append(m)
+        elif m[0] == "commit":  # a transaction's offset commit: kept for its key's story
+            if same_key(m[1], key) and keep_mop is None:
+                mops.append(m)
         elif m[1] is None:
             mops.append(m)  # an invoked poll: keyless, kept with its op
         else:
@@ -47,7 +50,7 @@ def _trim(op: Op, key: Any, keep_mop: Any = None) -> Op | None:
     if op.type == "invoke":
         # an invoke's sends name the key; its polls are keyless: keep it if it has either
         return dataclasses.replace(op, value=mops) if mops else None
-    if not any(m[0] == "send" or m[1] for m in mops):
+    if not any(m[0] == "send" or (m[0] == "poll" and m[1]) for m in mops):
         return None
     return dataclasses.replace(op, value=mops)
 
@@ -62,6 +65,8 @@ def _touches(op: Op, key: Any) -> bool:
         return False
     if op.f in ("assign", "subscribe"):
         return any(same_key(k, key) for k in op.value or ())
+    if op.f == "commit":
+        return any(same_key(m[1], key) for m in op.value or ())
     return False
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kmon.history.model import MOP_FS, Op
 from kmon.history.wire import jsonable, op_to_wire
+from kmon.investigate.story import same_key
 
 if TYPE_CHECKING:
     from kmon.investigate import Investigation
@@ -23,13 +24,20 @@ def when(t: int, t0: int) -> str:
     return f"+{(t - t0) / 1e9:.6f}s"
 
 
+def _group(op: Op) -> str:
+    return f"group {op.meta.group}" if op.meta is not None and op.meta.group else "its group"
+
+
 def did(op: Op, key: Any) -> str:
     """What the (trimmed) op did to the key, in words."""
     parts = []
-    for m in op.value or () if op.f in MOP_FS else ():
+    for m in op.value or () if op.f in MOP_FS or op.f == "commit" else ():
         if m[0] == "send":
             where = f"at {m[3]}" if m[3] is not None else "(offset unknown)"
             parts.append(f"wrote {m[2]} {where}")
+        elif m[0] == "commit":
+            if same_key(m[1], key):
+                parts.append(f"committed offset {m[2]} for {_group(op)}")
         elif m[1] is not None:
             for pairs in m[1].values():
                 if not pairs:

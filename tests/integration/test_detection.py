@@ -187,4 +187,8 @@ def test_broker_bugs_through_the_kafka_proxy_are_reported(rows: dict[str, RowRes
     for t in BY_NAME[name].must:
         assert r.reported.get(t, 0) > 0, (t, r.reported)
         assert (r.offline or {}).get(t, 0) > 0, (t, r.offline)
+    any_of = BY_NAME[name].any_of
+    if any_of:
+        assert any(r.reported.get(t, 0) for t in any_of), (any_of, r.reported)
+        assert any((r.offline or {}).get(t, 0) for t in any_of), (any_of, r.offline)
     assert r.detection_s is not None and r.detection_s > 0

@@ -130,6 +130,21 @@ def test_key_history_trims_to_the_key_and_keeps_invokes_and_crashes() -> None:
     assert out[4].value == [("poll", {1: [(0, "a")]})]
 
 
+def test_offset_commits_stay_in_the_story_of_their_key() -> None:
+    # A transaction's offsets (commit mops) and a commit op, next to sends and polls.
+    ops = [
+        op(0, 1, "ok", "txn", [("poll", {1: [(4, "a")]}), ("send", 2, "b", 0),
+                               ("commit", 1, 5), ("commit", 2, 1)]),
+        op(1, 1, "ok", "commit", [("commit", 1, 5)]),
+    ]
+    out = key_history(ops, 1)
+    assert [o.index for o in out] == [0, 1]
+    assert out[0].value == [("poll", {1: [(4, "a")]}), ("commit", 1, 5)]
+    from kmon.investigate.text import did
+    assert did(out[0], 1) == "read 4 ['a']; committed offset 5 for its group"
+    assert did(out[1], 1) == "committed offset 5 for its group"
+
+
 def test_around_keeps_only_mops_near_the_offset_like_jepsen() -> None:
     ops = [
         op(1, 1, "ok", "send", [("send", "k", "v3", 3), ("send", "k", "v9", 9)]),
