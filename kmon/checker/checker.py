@@ -29,7 +29,7 @@ from kmon.checker.state import KeyState
 from kmon.checker.torn import TxnStage
 from kmon.checker.unseen import unseen_values
 from kmon.checker.values import EMPTY
-from kmon.history.fragment import Fragment, split_fields
+from kmon.history.fragment import Fragment, split_fields, split_invoke
 from kmon.history.model import MOP_FS, OP_FS, TICK_PROCESS, Op
 
 # Final copies of the op model's constants: compiled code reads these directly, where a name
@@ -140,11 +140,8 @@ class Checker:
 
     def _commit_invoked(self, op: Op) -> None:
         """An offset commit in flight: it may take effect from now on (``offsets``)."""
-        meta = op.meta
-        if meta is None or meta.group is None:
-            return
-        for fr in split_fields(op.index, op.process, "invoke", "commit", op.time, op.value, (),
-                               op.time, meta.group):
+        group = op.meta.group if op.meta is not None else None
+        for fr in split_invoke(op.index, op.process, op.f, op.time, op.value, group):
             fold.apply(self.key_state(fr.key), fr, self.fold_config, self.sink)
 
     def _route_facts(self) -> None:

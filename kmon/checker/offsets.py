@@ -47,6 +47,7 @@ from typing import Any, Final
 
 from kmon.checker.anomaly import OFFSET_COMMIT_LOST, OFFSET_COMMIT_REREAD, OFFSET_COMMIT_SKIP
 from kmon.checker.sink import Sink
+from kmon.history.model import START_CLIENT, START_COMMITTED, START_RESET
 
 INDOUBT_NS: Final = 120 * 1_000_000_000
 NEVER: Final = 1 << 62  # (the state's INF; an end that is not known)
@@ -179,10 +180,10 @@ def started(groups: dict[str, GroupOffsets], group: str, offset: int | None, sou
     """An assignment started the key at ``offset`` for ``source`` reasons (``model.Start``)."""
     g = _group(groups, group)
     g.awaiting.pop(process, None)
-    if source == "committed" or source == "reset":
-        read = NONE if source == "reset" or offset is None else offset
+    if source in (START_COMMITTED, START_RESET):
+        read = NONE if source == START_RESET or offset is None else offset
         _add_read(g, StartRead(read, source, process, op, start, end, NEVER), grace)
-    elif source == "client":
+    elif source == START_CLIENT:
         g.awaiting[process] = StartRead(NONE, source, process, op, start, end, NEVER)
 
 
@@ -264,7 +265,7 @@ def may_hold(g: GroupOffsets, r: StartRead) -> tuple[list[int], OffsetWrite | No
     """What ``r`` may read: the offsets of the writes that may be current when it happens, and
     the latest acknowledged write that certainly ended before it (None: none did, so the
     group's state before the history may still be current and anything goes)."""
-    before = [w for w in g.writes if w.status == OK and w.end < r.start]
+    before = _acked_before(g, r.start)
     if not before:
         return [], None
     latest = before[0]
@@ -280,7 +281,7 @@ def _judge(g: GroupOffsets, group: str, key: Any, r: StartRead, sink: Sink) -> N
     offsets, latest = may_hold(g, r)
     if latest is None or r.offset in offsets:
         return
-    if r.source == "client":
+    if r.source == START_CLIENT:
         if not offsets or r.offset >= offsets[0]:
             return  # started at or past an offset the group may hold: not judged (see above)
         kind = OFFSET_COMMIT_REREAD
@@ -302,7 +303,7 @@ def _forget(g: GroupOffsets, horizon: int) -> None:
     """Drop the writes no read starting at ``horizon`` or later can return: replaced by an
     acknowledged write that ended before it. Past ``MAX_WRITES`` even so, the oldest go (a read
     that old would be judged against fewer writes)."""
-    done = [w for w in g.writes if w.status == OK and w.end < horizon]
+    done = _acked_before(g, horizon)
     if len(done) > 1:
         replacers = Replacers(done)
         g.writes = [w for w in g.writes if not replacers.replace(w)]
@@ -310,6 +311,12 @@ def _forget(g: GroupOffsets, horizon: int) -> None:
         g.writes.sort(key=_start_of)
         del g.writes[:len(g.writes) - MAX_WRITES]
     g.kept = len(g.writes)
+
+
+def _acked_before(g: GroupOffsets, t: int) -> list[OffsetWrite]:
+    """The acknowledged writes that ended before ``t``: those that may replace others for a
+    read beginning at ``t``."""
+    return [w for w in g.writes if w.status == OK and w.end < t]
 
 
 def _horizon(g: GroupOffsets, t: int) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Final, final
 
 from kmon.history import avro
-from kmon.history.fragment import Fragment, split_fields
+from kmon.history.fragment import Fragment, split_fields, split_invoke
 from kmon.history.model import Op, Rebalance, Start
 
 # Dead-letter reasons: the ``reason`` label of ``kmon_dead_letters_total``.
@@ -351,7 +351,7 @@ def read_event(data: bytes, version: int) -> Event:
         raise EventError(VERSION_MISMATCH, f"event says {schema_version}, header {version}")
     _judge(index, time, flags)
     if ty == "invoke":
-        return Event(probe, index, time, _invoke_frags(index, process, f, time, mops, group),
+        return Event(probe, index, time, split_invoke(index, process, f, time, mops, group),
                      placements, group, starts)
     it = time if invoke_time is None else invoke_time
     value: Any = mops if f in ("send", "poll", "txn", "commit") else keys if f in (
@@ -359,16 +359,6 @@ def read_event(data: bytes, version: int) -> Event:
     return Event(probe, index, time, split_fields(index, process, ty, f, time, value,
                                                   rebalances, it, group, starts),
                  placements, group, starts)
-
-
-def _invoke_frags(index: int, process: Any, f: str, time: int, mops: list[tuple],
-                  group: str | None) -> list[Fragment]:
-    """An invocation's fragments: none (a read that beats its writer waits for it), but for an
-    offset commit's, which may take effect from its invocation on (as ``kmon check`` folds
-    it)."""
-    if f != "commit" or group is None:
-        return []
-    return split_fields(index, process, "invoke", f, time, mops, (), time, group)
 
 
 def _judge(index: int, time: int, flags: _Flags) -> None:
@@ -415,7 +405,7 @@ def event_of(op: Op) -> Event:
     group = meta.group if meta is not None else None
     starts = dict(meta.starts) if meta is not None else {}
     if op.type == "invoke":
-        return Event(probe, op.index, op.time, _invoke_frags(
+        return Event(probe, op.index, op.time, split_invoke(
             op.index, op.process, op.f, op.time, op.value or [], group), placements, group,
             starts)
     it = op.time if meta is None or meta.invoke_time is None else meta.invoke_time

@@ -124,6 +124,15 @@ def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
                         it)
 
 
+def split_invoke(idx: int, proc: Any, f: str, t: int, value: Any,
+                 group: str | None) -> list[Fragment]:
+    """An invocation's fragments: none (a read that beats its writer waits for it), but for an
+    offset commit's, which may take effect from its invocation on (``kmon.checker.offsets``)."""
+    if f != "commit" or group is None or not value:
+        return []
+    return split_fields(idx, proc, "invoke", f, t, value, (), t, group)
+
+
 def split_fields(
     idx: int, proc: Any, ty: str, f: str, t: int, value: Any, rebalance_log: Any, it: int,
     group: str | None = None, starts: dict[Any, Start] | None = None,
