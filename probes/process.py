@@ -180,15 +180,21 @@ class Process:
             client = getattr(self, name)
             setattr(self, name, None)
             if client is not None and name != "admin":
-                C.close_quietly(client, t)
+                self._close(client, t)
         self.mode = None
-        self.group = None
+        self.group = None  # only now: the callbacks of a consumer's close belong to its group
         self.assigned, self.subscribed = [], []
         self.seen_assignment = None
         self.epochs.clear()
         self.positions.clear()
         self.revoked_positions.clear()
         self.assign_starts = {}
+
+    def _close(self, client: Any, timeout: float) -> None:
+        """Close ``client`` within ``timeout``; a close that does not end in time leaves it
+        abandoned, its late callbacks (an assignment served during the close) in no op."""
+        if not C.close_quietly(client, timeout):
+            self.wl.abandoned_clients.append(client)
 
     def respawn(self) -> None:
         """New clients under a fresh process id (after a crash or an info completion)."""
@@ -428,7 +434,7 @@ class Process:
         try:
             if self.mode != ASSIGN or self.consumer is None:
                 old, self.consumer = self.consumer, None
-                C.close_quietly(old, self.cfg.close_timeout)  # callbacks land in this op
+                self._close(old, self.cfg.close_timeout)  # callbacks land in this op
                 self.consumer = self._new_consumer(ASSIGN)
             tps, starts = self._start_positions(
                 self.consumer, [TopicPartition(*self.keys.topic_partition(k)) for k in keys])
@@ -452,7 +458,7 @@ class Process:
         try:
             if self.mode != SUBSCRIBE or self.consumer is None:
                 old, self.consumer = self.consumer, None
-                C.close_quietly(old, self.cfg.close_timeout)
+                self._close(old, self.cfg.close_timeout)
                 self.positions.clear()
                 self.revoked_positions.clear()
                 self.consumer = self._new_consumer(SUBSCRIBE)
@@ -676,7 +682,7 @@ class Process:
 
     def _drop_txn_producer(self) -> None:
         old, self.txn_producer = self.txn_producer, None
-        C.close_quietly(old, self.cfg.close_timeout)
+        self._close(old, self.cfg.close_timeout)
 
     def _rewind(self, first_read: dict[int, int]) -> bool:
         """Seek each key the aborted transaction polled back to its first polled offset."""

@@ -137,3 +137,36 @@ def test_a_hung_commit_is_info_and_its_consumer_is_closed_once_the_call_returns(
     assert proc.rebalances == [Rebalance("revoked", (1,))]
     release.set()
     assert consumer.closed.wait(5)
+
+
+class HangingClose(FakeConsumer):
+    """A consumer whose close blocks until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def close(self) -> None:
+        self.release.wait()
+        super().close()
+
+
+def test_a_consumer_whose_close_outlasts_its_timeout_is_abandoned_with_its_callbacks() -> None:
+    consumer = HangingClose()
+    proc, history = process(consumer)
+    proc.crash()
+    assert proc.group is None and any(c is consumer for c in proc.wl.abandoned_clients)
+    # A rebalance served late by that close (librdkafka can assign, then revoke, while
+    # leaving) belongs to no op: no start without a group in the next op's meta.
+    proc._on_assign(consumer, [TopicPartition(TOPIC, 1, 0)])  # type: ignore[arg-type]
+    assert proc.starts == {} and proc.rebalances == []
+    consumer.release.set()
+    assert consumer.closed.wait(5)
+    assert all(o.meta.group is not None or not o.meta.starts for o in ops(history))
+
+
+def test_a_consumer_closed_in_time_is_not_abandoned() -> None:
+    consumer = FakeConsumer()
+    proc, _ = process(consumer)
+    proc.crash()
+    assert consumer.closed.is_set() and proc.wl.abandoned_clients == []
