@@ -36,7 +36,7 @@ log = logging.getLogger("kmon.nemesis.chaos")
 # monitor must never go longer than this without finishing a micro-batch.
 BLIND_LIMIT_S = 300.0
 # Loss types a lossy probe's history can prove; the monitor's counts must equal check's.
-LOSS_TYPES = ("lost-write", "duplicate", "inconsistent-offsets")
+LOSS_TYPES = ("lost-write", "duplicate", "inconsistent-offsets", "torn-transaction")
 # A probe process killed on purpose leaves its last acknowledged values unread under its id
 # (its replacement reads them under its own): those unseen verdicts are the kill's, not a loss.
 KILLED_ALLOWED = ("unseen",)
@@ -217,8 +217,12 @@ class Chaos:
         self.workdir = Path(workdir)
         self.tag = uuid.uuid4().hex[:6]
         self.nemesis = Nemesis(cluster, proxy)
+        # The lagging probe's readers fall ever further behind, so a transaction's halves can
+        # be decided minutes apart: stage 2 keeps writers for the whole run (the default 5 min
+        # would miss those torn transactions by design; docs/monitor.md).
+        retention = f"{int(settings.minutes) + 15}min"
         self.monitor = MonitorProcess(cluster, self.workdir, self.tag,
-                                      cluster.ports.metrics(13))
+                                      cluster.ports.metrics(13), {"txn.retention": retention})
         roles = {**SAFE_ROLES, **(LOSSY_ROLES if settings.lossy else {})}
         self.slots = {r: ProbeSlot(r, p, f"{self.tag}-{r}") for r, p in roles.items()}
         self.records: list[StepRecord] = []

@@ -108,8 +108,16 @@ def set_topic_configs(admin: AdminClient, topic: str, values: dict[str, str | No
         raise FaultError(f"IncrementalAlterConfigs {topic} {values}: {exc}") from None
 
 
-# What a partition answers for a moment while its leadership moves (after a broker restart).
-_MOVING = ("UNKNOWN_LEADER_EPOCH", "FENCED_LEADER_EPOCH", "NOT_LEADER", "LEADER_NOT_AVAILABLE")
+# What a partition answers for a moment while its leadership moves (after a broker restart);
+# a leader just elected also refuses ListOffsets until its high watermark caught up
+# (OFFSET_NOT_AVAILABLE, seen by kmon nemesis chaos right after a rolling restart).
+MOVING = ("UNKNOWN_LEADER_EPOCH", "FENCED_LEADER_EPOCH", "NOT_LEADER", "LEADER_NOT_AVAILABLE",
+          "OFFSET_NOT_AVAILABLE")
+
+
+def moving(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of the answers a partition gives while its leadership moves."""
+    return any(m in str(exc) for m in MOVING)
 
 
 def _refresh_metadata(admin: AdminClient, topic: str) -> None:
@@ -132,7 +140,7 @@ def high_watermark(admin: AdminClient, topic: str, partition: int) -> int:
             futures = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=TIMEOUT)
             offset = int(next(iter(futures.values())).result(TIMEOUT + 5).offset)
         except KafkaException as exc:
-            if not any(m in str(exc) for m in _MOVING) or time.monotonic() >= deadline:
+            if not moving(exc) or time.monotonic() >= deadline:
                 raise FaultError(f"ListOffsets {topic}/{partition}: {exc}") from None
             _refresh_metadata(admin, topic)
             offset = -1

@@ -17,6 +17,7 @@ Deleted records stay deleted: ``stop`` only ends the repetitions (``interval``).
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -24,6 +25,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from kmon.env import SettingError
 from kmon.nemesis.base import Fault, FaultError, check_duration, check_positive_int
+from kmon.nemesis.kafka import moving
 from kmon.nemesis.targets import check_partition, check_topic
 
 if TYPE_CHECKING:
@@ -214,13 +216,19 @@ def _key(tp: TopicPartition) -> tuple[str, int]:
 def _offsets(
     admin: AdminClient, tps: list[TopicPartition], spec: OffsetSpec
 ) -> dict[tuple[str, int], int]:
-    futures = admin.list_offsets(
-        {TopicPartition(tp.topic, tp.partition): spec for tp in tps}, request_timeout=_TIMEOUT
-    )
-    try:
-        return {_key(tp): f.result(_TIMEOUT + 5).offset for tp, f in futures.items()}
-    except KafkaException as exc:
-        raise FaultError(f"ListOffsets: {exc}") from None
+    """Each partition's offset at ``spec``, asked again while leadership moves (for at most
+    ``_TIMEOUT``)."""
+    deadline = time.monotonic() + _TIMEOUT
+    while True:
+        futures = admin.list_offsets(
+            {TopicPartition(tp.topic, tp.partition): spec for tp in tps}, request_timeout=_TIMEOUT
+        )
+        try:
+            return {_key(tp): f.result(_TIMEOUT + 5).offset for tp, f in futures.items()}
+        except KafkaException as exc:
+            if not moving(exc) or time.monotonic() >= deadline:
+                raise FaultError(f"ListOffsets: {exc}") from None
+        time.sleep(0.5)
 
 
 def _max_committed(cluster: LocalCluster, admin: AdminClient, tps: list[TopicPartition],

@@ -9,6 +9,7 @@ controlled shutdown, no leadership moved away first).
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from kmon.local.ports import BROKER_IDS
@@ -20,10 +21,20 @@ if TYPE_CHECKING:
     from kmon.local.cluster import LocalCluster
 
 
-def active_controller(cluster: LocalCluster) -> int:
-    """The KRaft quorum's leader, from the newest ``quorum-state`` among running nodes.
+def active_controller(cluster: LocalCluster, timeout: float = 30.0) -> int:
+    """The KRaft quorum's leader, from the newest ``quorum-state`` among running nodes, waited
+    for up to ``timeout`` s: right after a restart or an election no node may know it yet.
 
     (DescribeCluster answers a random broker as "controller" under KRaft, not the leader.)"""
+    deadline = time.monotonic() + timeout
+    while (leader := _known_leader(cluster)) is None:
+        if time.monotonic() >= deadline:
+            raise FaultError(f"no running node knew the quorum's leader within {timeout:g}s")
+        time.sleep(0.5)
+    return leader
+
+
+def _known_leader(cluster: LocalCluster) -> int | None:
     best: tuple[int, int] | None = None
     for node in BROKER_IDS:
         if cluster.state(node) != "running":
@@ -36,9 +47,7 @@ def active_controller(cluster: LocalCluster) -> int:
         leader, epoch = int(state.get("leaderId", -1)), int(state.get("leaderEpoch", -1))
         if leader in BROKER_IDS and (best is None or epoch > best[1]):
             best = (leader, epoch)
-    if best is None:
-        raise FaultError("no running node knows the quorum's leader")
-    return best[0]
+    return None if best is None else best[0]
 
 
 class RollingRestart(Fault):

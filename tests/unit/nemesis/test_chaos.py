@@ -74,3 +74,48 @@ def test_committed_offsets_are_the_newest_committed_batchs(tmp_path: Path) -> No
     _batch(keys, 11, {0: 30, 1: 31}, committed=False)  # planned, not yet committed
     (keys / "commits" / ".10.crc").write_text("")
     assert committed_offsets(tmp_path) == {0: 20, 1: 15}
+
+
+class QuorumFiles:
+    """Three running nodes whose ``quorum-state`` files tests write as KRaft would."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def state(self, node: int) -> str:
+        return "running"
+
+    def data_dir(self, node: int) -> Path:
+        return self.root / str(node)
+
+    def write(self, node: int, leader: int, epoch: int) -> None:
+        d = self.data_dir(node) / "__cluster_metadata-0"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "quorum-state").write_text(json.dumps({"leaderId": leader, "leaderEpoch": epoch}))
+
+
+def test_the_active_controller_is_waited_for_while_no_node_knows_it(tmp_path: Path) -> None:
+    # After a rolling restart no node may know the quorum's leader yet (chaos seed 11's
+    # crash-controller step failed on it): the step waits instead of failing.
+    import threading
+
+    from kmon.nemesis.base import FaultError
+    from kmon.nemesis.rolling import active_controller
+
+    nodes = QuorumFiles(tmp_path)
+    nodes.write(1, -1, 4)  # an election in progress
+    timer = threading.Timer(1.0, lambda: (nodes.write(2, 3, 5), nodes.write(1, 2, 3)))
+    timer.start()
+    assert active_controller(nodes, timeout=10) == 3  # type: ignore[arg-type]  # newest epoch
+    with pytest.raises(FaultError, match=r"within 0\.5s"):
+        active_controller(QuorumFiles(tmp_path / "none"), timeout=0.5)  # type: ignore[arg-type]
+
+
+def test_a_leader_catching_up_its_high_watermark_is_leadership_moving() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from kmon.nemesis.kafka import moving
+
+    assert moving(KafkaException(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE)))
+    assert moving(KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH)))
+    assert not moving(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
