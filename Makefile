@@ -71,7 +71,8 @@ soak: setup
 # rolling restart, the controller, network faults, a probe and the monitor killed) with probes
 # and a monitor process; exit 1 unless nothing was reported, every op is accounted for and the
 # monitor was never blind past KmonMonitorStalled. CHAOS_FLAGS=--lossy mixes in the lossy
-# faults (every proven loss must be reported, in kmon check's counts). docs/nemesis.md#chaos
+# faults (every proven loss must be reported, in kmon check's counts); --standalone runs the
+# monitor on the local Spark standalone cluster and kills executors too. docs/nemesis.md#chaos
 CHAOS_MINUTES ?= 30
 CHAOS_SEED ?= 1
 CHAOS_FLAGS ?=

@@ -163,7 +163,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          description="Probes and a monitor process on the running local stack "
                          "while a seeded schedule of faults plays back to back (broker pauses, "
                          "kills and a rolling restart, the controller, network latency, resets "
-                         "and partitions, a probe and the monitor killed); with --lossy also "
+                         "and partitions, a probe and the monitor killed, with --standalone a "
+                         "Spark executor); with --lossy also "
                          "DeleteRecords, an unclean election and retries without idempotence. "
                          "Writes the schedule, histories and result.json to --out; exit 1 "
                          "unless every check held (docs/nemesis.md#chaos).")
@@ -171,6 +172,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--minutes", type=float, default=30.0, help="default 30")
     v.add_argument("--seed", type=int, default=1, help="the schedule's seed (default 1)")
     v.add_argument("--lossy", action="store_true", help="mix in the lossy faults")
+    v.add_argument("--standalone", action="store_true",
+                   help="run the monitor on the local Spark standalone cluster (started and "
+                   "stopped by the run) and kill its workers' executors too")
     v.add_argument("--kinds", nargs="+", metavar="KIND", help="only these fault kinds")
     v.add_argument("--rate", type=float, default=20.0, help="probe ops/s each (default 20)")
     v.add_argument("--out", type=Path, metavar="DIR",
@@ -488,7 +492,8 @@ def _chaos(args: argparse.Namespace) -> int:
     from kmon.nemesis.chaos_run import run_chaos
 
     settings = ChaosSettings(minutes=args.minutes, seed=args.seed, lossy=args.lossy,
-                             kinds=tuple(args.kinds or ()), rate=args.rate)
+                             kinds=tuple(args.kinds or ()), rate=args.rate,
+                             standalone=args.standalone)
     if args.plan:
         for step in plan(settings):
             print(json.dumps(step.__dict__))

@@ -19,9 +19,11 @@ process dying. ``kmon nemesis chaos`` plays such a schedule on the local stack f
 
 The monitor runs as its own process (``kmon monitor``, its own Spark driver) so that a fault
 can kill it; it restarts from its checkpoint. Its verdicts are read from its evidence topic
-(a replayed micro-batch's copies dropped by id), so counts survive the restarts. A Spark
-executor cannot be killed here: the local monitor has none (``local[*]``: the driver runs the
-tasks); on a standalone cluster that fault is not available yet.
+(a replayed micro-batch's copies dropped by id), so counts survive the restarts. With
+``standalone`` the monitor runs on the local Spark standalone cluster (``kmon pack``'s archive,
+workers without kmon), and the schedule also kills a worker with its executor (a lost node)
+and starts it again; in local mode there is no executor to kill (``local[*]``: the driver runs
+the tasks).
 """
 
 from __future__ import annotations
@@ -39,11 +41,13 @@ SAFE_KINDS = ("pause-leader", "crash-leader", "pause-controller", "crash-control
               "net-partition", "kill-probe", "kill-monitor")
 # Lossy ones lose acknowledged data on purpose, each on the probe whose settings let it.
 LOSSY_KINDS = ("delete-records", "unclean-election", "idempotence-off")
+# Kinds that need the monitor on the standalone Spark cluster.
+CLUSTER_KINDS = ("kill-executor",)
 # How often each kind is drawn (relative); the monitor's restart costs a Spark start.
 WEIGHTS = {"pause-leader": 3, "crash-leader": 3, "pause-controller": 2, "crash-controller": 2,
            "rolling-restart": 1, "events-leader": 2, "net-latency": 2, "net-reset": 2,
            "net-partition": 2, "kill-probe": 1, "kill-monitor": 1, "delete-records": 2,
-           "unclean-election": 1, "idempotence-off": 2}
+           "unclean-election": 1, "idempotence-off": 2, "kill-executor": 1}
 # Seconds a fault holds, by kind (drawn uniformly); rolling restarts and process kills take
 # what they take.
 HOLDS = {"net-latency": (5.0, 15.0), "net-reset": (3.0, 8.0), "net-partition": (3.0, 10.0),
@@ -73,15 +77,20 @@ class ChaosSettings:
     rate: float = 20.0  # ops/s per probe
     processes: int = 4
     settle_timeout: float = 600.0
+    standalone: bool = False  # the monitor on the local Spark standalone cluster
 
     def chosen(self) -> tuple[str, ...]:
-        kinds = self.kinds or (SAFE_KINDS + (LOSSY_KINDS if self.lossy else ()))
+        kinds = self.kinds or (SAFE_KINDS + (LOSSY_KINDS if self.lossy else ())
+                               + (CLUSTER_KINDS if self.standalone else ()))
         unknown = [k for k in kinds if k not in WEIGHTS]
         if unknown:
             raise SettingError(f"chaos kinds: unknown {unknown}; known: "
-                               f"{', '.join(SAFE_KINDS + LOSSY_KINDS)}")
+                               f"{', '.join(SAFE_KINDS + LOSSY_KINDS + CLUSTER_KINDS)}")
         if not self.lossy and set(kinds) & set(LOSSY_KINDS):
             raise SettingError("chaos kinds: lossy kinds need lossy (--lossy)")
+        if not self.standalone and set(kinds) & set(CLUSTER_KINDS):
+            raise SettingError("chaos kinds: kill-executor needs the monitor on the standalone "
+                               "Spark cluster (--standalone)")
         return tuple(kinds)
 
 
@@ -105,8 +114,9 @@ def plan(settings: ChaosSettings) -> list[Step]:
 
 def _typical_undo(kind: str) -> float:
     """Seconds the undo and the wait for health typically take (for spacing the plan)."""
-    return {"rolling-restart": 60.0, "kill-monitor": 45.0, "crash-leader": 15.0,
-            "crash-controller": 15.0, "unclean-election": 30.0}.get(kind, 8.0)
+    return {"rolling-restart": 60.0, "kill-monitor": 45.0, "kill-executor": 30.0,
+            "crash-leader": 15.0, "crash-controller": 15.0,
+            "unclean-election": 30.0}.get(kind, 8.0)
 
 
 @dataclass

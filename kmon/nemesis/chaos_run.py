@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import resource
 import signal
 import subprocess
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kmon.local.ports import SPARK_WORKER_IDS
+from kmon.local.spark_standalone import SparkStandalone
 from kmon.nemesis import presets
 from kmon.nemesis.chaos import ChaosSettings, Step, StepRecord, plan, write_schedule
 from kmon.nemesis.matrix import MONITOR_TIMING, OFFLINE_ONLY, offline_counts_of, read_topic
@@ -221,6 +224,8 @@ class Chaos:
         # be decided minutes apart: stage 2 keeps writers for the whole run (the default 5 min
         # would miss those torn transactions by design; docs/monitor.md).
         retention = f"{int(settings.minutes) + 15}min"
+        self.spark = (SparkStandalone(home=cluster.home, port_base=cluster.ports.base)
+                      if settings.standalone else None)
         self.monitor = MonitorProcess(cluster, self.workdir, self.tag,
                                       cluster.ports.metrics(13), {"txn.retention": retention})
         roles = {**SAFE_ROLES, **(LOSSY_ROLES if settings.lossy else {})}
@@ -236,10 +241,23 @@ class Chaos:
         self.workdir.mkdir(parents=True, exist_ok=True)
         core_dumps()
         self._create_events_topic()
+        if self.spark is not None:
+            self._on_standalone(self.spark)
         self.monitor.start()
         for slot in self.slots.values():
             self._start_probe(slot)
         self.watch.start()
+
+    def _on_standalone(self, spark: SparkStandalone) -> None:
+        """Start the standalone cluster and point the monitor at it, shipping kmon as a
+        cluster's workers get it: ``kmon pack``'s archive (docs/monitor.md)."""
+        from kmon.pack import ALIAS, EXECUTOR_PYTHON, pack
+
+        spark.up()
+        self.monitor.settings.update({
+            "spark.master": spark.master_url, "spark.pyspark.python": EXECUTOR_PYTHON,
+            "spark.archives": f"{pack(log=lambda _: None)}#{ALIAS}"})
+        self.monitor.environ = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
 
     def _create_events_topic(self) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -316,6 +334,8 @@ class Chaos:
             elif step.kind == "kill-monitor":
                 rec.info = {"killed_pid": self.monitor.kill()}
                 self.monitor.start()
+            elif step.kind == "kill-executor":
+                rec.info = self._kill_executor(step)
             else:
                 fault = self._fault(step)
                 try:
@@ -350,6 +370,17 @@ class Chaos:
         slot.killed.append(child.probe_id)
         self._start_probe(slot)
         return {"probe": slot.killed[-1], "pid": pid, "replacement": slot.ids[-1]}
+
+    def _kill_executor(self, step: Step) -> dict[str, Any]:
+        """A lost node: a worker's JVM and its executor SIGKILLed, its tasks moving to the
+        other worker for ``hold`` s, then the worker back."""
+        assert self.spark is not None
+        worker = SPARK_WORKER_IDS[int(step.pick * len(SPARK_WORKER_IDS))]
+        killed = self.spark.kill_worker(worker)
+        time.sleep(step.hold)
+        self.spark.start_worker(worker)
+        self.spark.wait_workers(len(SPARK_WORKER_IDS))
+        return {"worker": worker, "killed_pids": killed}
 
     def _fault(self, step: Step) -> Fault:
         from kmon.nemesis.network import NetworkFault
@@ -611,6 +642,8 @@ def run_chaos(cluster: LocalCluster, proxy: LocalToxiproxy, workdir: Path,
         return finish(chaos)
     finally:
         chaos.nemesis.heal()
+        if chaos.spark is not None:
+            chaos.spark.down()
         for slot in chaos.slots.values():
             if slot.current is not None:
                 slot.current.kill()

@@ -119,3 +119,13 @@ def test_a_leader_catching_up_its_high_watermark_is_leadership_moving() -> None:
     assert moving(KafkaException(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE)))
     assert moving(KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH)))
     assert not moving(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+
+
+def test_executor_kills_only_with_the_monitor_on_the_standalone_cluster() -> None:
+    from kmon.nemesis.chaos import CLUSTER_KINDS
+
+    assert not {s.kind for s in plan(ChaosSettings(seed=3))} & set(CLUSTER_KINDS)
+    kinds = {s.kind for s in plan(ChaosSettings(seed=3, standalone=True))}
+    assert set(CLUSTER_KINDS) <= kinds and set(SAFE_KINDS) <= kinds
+    with pytest.raises(SettingError, match="standalone"):
+        plan(ChaosSettings(kinds=("kill-executor",)))
