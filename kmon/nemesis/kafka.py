@@ -120,7 +120,7 @@ def moving(exc: BaseException) -> bool:
     return any(m in str(exc) for m in MOVING)
 
 
-def _refresh_metadata(admin: AdminClient, topic: str) -> None:
+def refresh_metadata(admin: AdminClient, topic: str) -> None:
     """Ask for the topic's metadata: the client retried ListOffsets with the leader epoch it
     had cached and got FENCED_LEADER_EPOCH for 15 s on end (kmon nemesis chaos, after a
     leader's crash and restart); a metadata answer brings the new epoch."""
@@ -142,7 +142,7 @@ def high_watermark(admin: AdminClient, topic: str, partition: int) -> int:
         except KafkaException as exc:
             if not moving(exc) or time.monotonic() >= deadline:
                 raise FaultError(f"ListOffsets {topic}/{partition}: {exc}") from None
-            _refresh_metadata(admin, topic)
+            refresh_metadata(admin, topic)
             offset = -1
         if offset >= 0:
             return offset

@@ -25,7 +25,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from kmon.env import SettingError
 from kmon.nemesis.base import Fault, FaultError, check_duration, check_positive_int
-from kmon.nemesis.kafka import moving
+from kmon.nemesis.kafka import moving, refresh_metadata
 from kmon.nemesis.targets import check_partition, check_topic
 
 if TYPE_CHECKING:
@@ -216,9 +216,9 @@ def _key(tp: TopicPartition) -> tuple[str, int]:
 def _offsets(
     admin: AdminClient, tps: list[TopicPartition], spec: OffsetSpec
 ) -> dict[tuple[str, int], int]:
-    """Each partition's offset at ``spec``, asked again while leadership moves (for at most
-    ``_TIMEOUT``)."""
-    deadline = time.monotonic() + _TIMEOUT
+    """Each partition's offset at ``spec``, asked again while leadership moves, with fresh
+    metadata (a cached leader epoch is fenced until then), for at most 3 x ``_TIMEOUT``."""
+    deadline = time.monotonic() + 3 * _TIMEOUT
     while True:
         futures = admin.list_offsets(
             {TopicPartition(tp.topic, tp.partition): spec for tp in tps}, request_timeout=_TIMEOUT
@@ -228,6 +228,8 @@ def _offsets(
         except KafkaException as exc:
             if not moving(exc) or time.monotonic() >= deadline:
                 raise FaultError(f"ListOffsets: {exc}") from None
+        for topic in {tp.topic for tp in tps}:
+            refresh_metadata(admin, topic)
         time.sleep(0.5)
 
 
