@@ -61,6 +61,10 @@ STREAMS = ("downstream", "upstream")  # downstream: broker -> client; upstream: 
 Log = Callable[[str], None]
 
 
+# Seconds an API call may take. A stopped server refuses at once; a running one answered a
+# chaos step's call in more than 5 s at load average 110 on 2 cores, failing the step.
+API_TIMEOUT = 30.0
+
 class ToxiproxyError(RuntimeError):
     """The Toxiproxy server did not start, stop or answer as asked."""
 
@@ -342,7 +346,7 @@ class LocalToxiproxy:
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=5) as response:
+            with urllib.request.urlopen(request, timeout=API_TIMEOUT) as response:
                 text = response.read().decode()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace").strip()
