@@ -48,6 +48,11 @@ def running_admin(cluster: LocalCluster, avoid: tuple[int, ...] = ()) -> AdminCl
     raise FaultError("no running broker to ask")
 
 
+# Seconds a restarted broker may take to serve: under chaos's load (average ~100 on 2 cores)
+# one took 162 s from its kill (47 s before its JVM logged a line).
+BROKER_START_TIMEOUT = 300.0
+
+
 def start_broker(cluster: LocalCluster, node: int, timeout: float = 90.0) -> float:
     """Start a stopped broker on its data, once its ports are free; returns the seconds spent
     waiting for them.
@@ -67,7 +72,7 @@ def start_broker(cluster: LocalCluster, node: int, timeout: float = 90.0) -> flo
             raise FaultError(f"broker {node}'s ports {ports} still taken after {timeout:.0f}s")
         time.sleep(0.5)
     waited = time.monotonic() - started
-    cluster.start(node, wait=True)
+    cluster.start(node, wait=True, timeout=BROKER_START_TIMEOUT)
     return waited
 
 
