@@ -190,7 +190,7 @@ def _apply_reads(
         return
     ty = fr.type
     ok = ty == "ok"
-    rb = READ | READ_OK if ok else READ
+    rb = READ if ty == "fail" else READ | READ_OK  # (version_order.read_bits)
     seen = VER | rb  # what a read marks on its slot
     # ok and info completions reveal the offsets they read (0: a failed op reveals nothing)
     u = st.units(fr.time) if ty != "fail" else 0

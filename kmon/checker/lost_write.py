@@ -1,11 +1,12 @@
 """Lost writes: acknowledged values that readers went past without ever seeing.
 
 ``lost-write``: a value in the version order (an ok send reported its offset, or some poll read
-it) that no committed (ok) poll ever read, although an ok poll read a higher offset of the key.
+it) that no ok or info poll ever read, although an ok poll read a higher offset of the key.
 Consumers read a partition in order from a committed position, so reading past an offset means
 everything visible below it should have been consumed by someone. Only ok writers count here
 (and ``info`` ones proven committed, via the transaction stage); a value read only by aborted
-transactions was never consumed.
+transactions was never consumed, one read by a transaction whose commit timed out (info) was
+(``version_order.read_bits``).
 Example (Bufstream #5): ``ok send 12 [662 663]``; polls read ``[661 662]`` then ``[664 665]``;
 nobody ever reads 663.
 

@@ -36,7 +36,7 @@ WW_DEPS_ALLOWED: dict[str, str] = {
     G1C: "with inferred write-write edges, interleaved transactions form ww/wr cycles",
 }
 
-# Never allowed, though not an anomaly record: acknowledged values that no committed poll ever
+# Never allowed, though not an anomaly record: acknowledged values that no ok or info poll ever
 # returned cannot be shown safe (Jepsen treats them the same way).
 NOT_ALLOWED: Final = {UNSEEN: "acknowledged values never consumed: their fate is unknown"}
 

@@ -5,8 +5,13 @@ transaction's fate) and every send whose ``ok`` completion reported an offset pl
 an offset. Sends that failed or whose outcome is unknown only record who wrote what, where:
 their values enter the order once some poll reads them.
 
-Reads by ok ops are marked apart (``READ_OK``): only they count as consumed, for lost writes and
-unseen values. Offsets an ok or info op sent or read are *revealed* (realtime lag).
+Reads by ok and info ops are marked apart (``READ_OK``): only they count as consumed, for lost
+writes and unseen values. An info op's reads are what its client returned (kmon's probes record
+them; Jepsen's info ops carry none): a transaction that timed out at its commit had read the
+value all the same, and with read_committed only committed values are read. (Chaos found it:
+such a transaction's offset commit landed, its next consumer started past the value, and the
+value, read once, was reported lost.) A failed op did not happen: its reads do not count.
+Offsets an ok or info op sent or read are *revealed* (realtime lag).
 
 - ``inconsistent-offsets``: two different values in the version order at one offset.
   Example: ``ok send k [3 a]``, then ``ok poll {k [[3 b]]}``: offset 3 holds both a and b.
@@ -61,8 +66,8 @@ def duplicate(st: KeyState, code: int, first: int, second: int, sink: Sink) -> N
 
 
 def read_bits(fr: Fragment) -> int:
-    """What a read by this fragment's op marks: read, and consumed if the op committed."""
-    return READ | READ_OK if fr.type == "ok" else READ
+    """What a read by this fragment's op marks: read, and consumed unless the op failed."""
+    return READ if fr.type == "fail" else READ | READ_OK
 
 
 def _fill(st: KeyState, i: int, code: int, flags: int, writer: int, revealed: int) -> None:

@@ -73,6 +73,21 @@ def test_value_read_only_by_an_aborted_transaction_was_never_consumed():
     assert [e["value"] for e in check(h).errors["lost-write"]] == [2]
 
 
+def test_a_value_read_by_a_transaction_whose_commit_timed_out_was_consumed():
+    # Chaos seed 12, safe probe: process 2's transaction read 2 (at 1) and timed out at its
+    # commit (info); its offset commit landed, so the next consumer started at 2 and read 3.
+    # The poll returned 2 all the same (read_committed: it was committed): not lost, not
+    # unseen, and its writer's transaction not torn.
+    h = history((0, "ok", "txn", [send(1, 1, 0), send(2, 7, 0)]),
+                (0, "ok", "txn", [send(1, 2, 1), send(2, 8, 1)]),
+                (0, "ok", "send", [send(1, 3, 2)]),
+                (1, "ok", "poll", [poll({1: [(0, 1)], 2: [(0, 7), (1, 8)]})]),
+                (2, "info", "txn", [poll({1: [(1, 2)]}), send(2, 9, 2)]),
+                (3, "ok", "poll", [poll({1: [(2, 3)], 2: [(2, 9)]})]))
+    r = check(h)
+    assert r.errors == {} and r.unseen_messages == {}
+
+
 def test_aborted_reads_past_a_value_do_not_make_it_lost():
     # How far consumers got is measured by committed polls only.
     h = history((0, "ok", "send", [send(1, 1, 0)]), (0, "ok", "send", [send(1, 2, 1)]),
