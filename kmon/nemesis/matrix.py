@@ -41,6 +41,7 @@ from kmon.nemesis.probe_child import ProbeChild, ProbeDied
 from kmon.nemesis.scenarios import SCENARIOS, Scenario
 
 if TYPE_CHECKING:
+    from kmon.checker import Report
     from kmon.history.model import Op
     from kmon.local.cluster import LocalCluster
     from kmon.local.toxiproxy import LocalToxiproxy
@@ -452,7 +453,11 @@ def offline_counts(history: Path, preset: str) -> dict[str, int]:
 def offline_counts_of(ops: Iterable[Op], isolation: str) -> dict[str, int]:
     from kmon.checker import CheckConfig, check
 
-    report = check(ops, CheckConfig(isolation=isolation))
+    return counts_of(check(ops, CheckConfig(isolation=isolation)))
+
+
+def counts_of(report: Report) -> dict[str, int]:
+    """A report's records per anomaly type, and its unseen values (``UNSEEN``)."""
     out = {t: len(v) for t, v in report.errors.items() if v}
     unseen = sum(report.unseen_counts.values())
     if unseen:
