@@ -73,6 +73,9 @@ MAX_RECORDS: Final = 4096  # per group and key: records in flight at once (4096 
 MAX_DELIVERIES: Final = 16  # per record: a broker past its limit is reported, not remembered
 MAX_BLIND: Final = 64  # unknown polls per group and key: older ones are forgotten
 MAX_PASSES: Final = 4096
+# Settled records forgotten online keep their settling and highest-count deliveries, so a
+# later redelivery is still judged; at most this many per group and key (the lowest go).
+MAX_SETTLED: Final = 4096
 
 # Ack statuses of a delivery
 NO_ACK: Final = 0
@@ -177,10 +180,11 @@ class ShareLog:
     """One share group's view of one key: its records, how far its deliveries went, the polls
     whose records are unknown, and how far lost writes have been judged."""
 
-    __slots__ = ("blind", "inflight", "judged", "low", "passes", "records")
+    __slots__ = ("blind", "inflight", "judged", "low", "passes", "records", "settled")
 
     def __init__(self) -> None:
         self.records: dict[int, ShareRecord] = {}
+        self.settled: dict[int, ShareRecord] = {}  # forgotten records, pruned (MAX_SETTLED)
         self.low = -1  # the lowest offset ever delivered (-1: none yet)
         self.judged = -1  # every offset up to this one has had its share-lost verdict
         # (offset, time): the highest offset a poll was delivered, when it ended
@@ -191,19 +195,24 @@ class ShareLog:
     def nbytes(self) -> int:
         recs = sum(sys.getsizeof(r) + sum(sys.getsizeof(d) for d in r.deliveries)
                    for r in self.records.values())
+        recs += sum(sys.getsizeof(r) + sum(sys.getsizeof(d) for d in r.deliveries)
+                    for r in self.settled.values())
         return (sys.getsizeof(self) + sys.getsizeof(self.records) + recs
-                + sys.getsizeof(self.passes) + sys.getsizeof(self.blind))
+                + sys.getsizeof(self.settled) + sys.getsizeof(self.passes)
+                + sys.getsizeof(self.blind))
 
     def rows(self) -> tuple:
         return ({o: r.row() for o, r in self.records.items()}, self.low, self.judged,
-                list(self.passes), dict(self.inflight), list(self.blind))
+                list(self.passes), dict(self.inflight), list(self.blind),
+                {o: r.row() for o, r in self.settled.items()})
 
 
 def log_of(rows: tuple) -> ShareLog:
     """The inverse of ``ShareLog.rows`` (the saved state)."""
     g = ShareLog()
-    records, g.low, g.judged, passes, g.inflight, blind = rows
+    records, g.low, g.judged, passes, g.inflight, blind, settled = rows
     g.records = {o: record_of(r) for o, r in records.items()}
+    g.settled = {o: record_of(r) for o, r in settled.items()}
     g.passes = [tuple(p) for p in passes]
     g.blind = [tuple(b) for b in blind]
     return g
@@ -246,7 +255,8 @@ def polled(logs: dict[str, ShareLog], group: str, process: Any, op: int, ty: str
 def _delivered(g: ShareLog, off: int, value: Any, d: Delivery) -> None:
     rec = g.records.get(off)
     if rec is None:
-        rec = g.records[off] = ShareRecord(value)
+        rec = g.settled.pop(off, None) or ShareRecord(value)  # delivered after it settled?
+        g.records[off] = rec
         if len(g.records) > MAX_RECORDS:
             _drop_lowest(g)
     if len(rec.deliveries) < MAX_DELIVERIES:
@@ -305,6 +315,10 @@ def decide(logs: dict[str, ShareLog], st: KeyState, watermark: int, grace: int,
                 rec.judged = rec.time
         _judge_lost(g, st, name, watermark - grace, cfg, sink)
         _forget(g, watermark - grace - KEPT_NS, cfg)
+        # blind polls as long as a lost write still to judge may ask about them: its pass is
+        # at most a grace late, its excuse window reaches _archive_ns before it
+        old = watermark - 2 * grace - cfg.lock_ns - cfg.skew_ns - _archive_ns(cfg)
+        g.blind = [b for b in g.blind if b[1] >= old]
 
 
 def next_due(logs: dict[str, ShareLog], grace: int, cfg: ShareSettings) -> int:
@@ -409,16 +423,24 @@ def _lost_at(g: ShareLog, st: KeyState, group: str, off: int, passed: int, cfg: 
     if not (st.occupied(i) and st.acked(i)):
         return
     written = st.revealed_ns(i)
-    if _blind_between(g, written - cfg.skew_ns, passed):
+    if _blind_between(g, max(written - cfg.skew_ns, passed - _archive_ns(cfg)), passed):
         return
     sink.anomaly(SHARE_LOST, {"key": st.key, "group": group, "offset": off,
                               "value": st.value(st.val[i]), "writer": st.writer(i),
                               "passed-at": passed})
 
 
+def _archive_ns(cfg: ShareSettings) -> int:
+    """How long before a record was passed invisible acquisitions may have archived it: as
+    many locks as the delivery limit (after each, it is available, and acquired lowest offset
+    first, so a later visible delivery above it would have been of it)."""
+    return cfg.limit * (cfg.lock_ns + cfg.skew_ns)
+
+
 def _blind_between(g: ShareLog, lo: int, hi: int) -> bool:
-    """A poll whose records are unknown (or still in flight) overlapped [lo, hi]."""
-    if any(start <= hi for start in g.inflight.values()):
+    """A poll whose records are unknown overlapped [lo, hi]; one never completed (its process
+    killed, or still in flight) acquired nothing after ``KEPT_NS``."""
+    if any(start <= hi and start + KEPT_NS >= lo for start in g.inflight.values()):
         return True
     return any(start <= hi and end >= lo for start, end in g.blind)
 
@@ -427,16 +449,35 @@ def _blind_between(g: ShareLog, lo: int, hi: int) -> bool:
 
 
 def _forget(g: ShareLog, horizon: int, cfg: ShareSettings) -> None:
-    """Drop records already judged for loss, settled and idle since ``horizon``; blind polls
-    and in-flight polls (of killed processes) as old."""
+    """Drop records already judged for loss, settled and idle since ``horizon``; polls in
+    flight that long (of killed processes) become blind ones."""
     done = [o for o, r in g.records.items()
             if o <= g.judged and r.time <= horizon and _settled(r, cfg)]
     for o in done:
-        del g.records[o]
-    g.blind = [b for b in g.blind if b[1] > horizon]
+        g.settled[o] = _pruned(g.records.pop(o), cfg)
+    while len(g.settled) > MAX_SETTLED:
+        del g.settled[min(g.settled)]
     for p in [p for p, t in g.inflight.items() if t <= horizon - KEPT_NS]:
         t = g.inflight.pop(p)  # killed mid-poll: it may have acquired anything while it lasted
         g.blind.append((t, t + KEPT_NS))
+
+
+def _pruned(r: ShareRecord, cfg: ShareSettings) -> ShareRecord:
+    """What a later delivery of a settled record is judged against: the delivery that settled
+    it and the highest-count one (their findings stay reported); the rest is long past any
+    lock."""
+    keep = [d for d in r.deliveries if d.settled()][:1]
+    top = max(r.deliveries, key=_count_of)
+    if top not in keep:
+        keep.append(top)
+    ops = {d.op for d in keep}
+    r.deliveries = keep
+    r.reported = {t for t in r.reported if t[1] in ops and (t[2] in ops or t[2] == -1)}
+    return r
+
+
+def _count_of(d: Delivery) -> int:
+    return d.count
 
 
 def _settled(r: ShareRecord, cfg: ShareSettings) -> bool:
