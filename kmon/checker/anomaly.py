@@ -29,6 +29,22 @@ OFFSET_COMMIT_LOST: Final = "offset-commit-lost"
 OFFSET_COMMIT_REREAD: Final = "offset-commit-reread"
 OFFSET_COMMIT_SKIP: Final = "offset-commit-skip"
 
+# Share groups (``share``, KIP-932): what a share group promises about each record. Not yet in
+# ANOMALY_TYPES, which the monitor's metrics, the alerts and the runbook are generated from:
+# they join it with the probe's share mode (docs/share-groups.md, "Not yet built").
+SHARE_LOST: Final = "share-lost"
+SHARE_DOUBLE_ACCEPT: Final = "share-double-accept"
+SHARE_REDELIVERED: Final = "share-redelivered"
+SHARE_CONCURRENT_DELIVERY: Final = "share-concurrent-delivery"
+SHARE_DELIVERY_COUNT: Final = "share-delivery-count"
+SHARE_ANOMALY_TYPES: tuple[str, ...] = (
+    SHARE_LOST,
+    SHARE_DOUBLE_ACCEPT,
+    SHARE_REDELIVERED,
+    SHARE_CONCURRENT_DELIVERY,
+    SHARE_DELIVERY_COUNT,
+)
+
 ANOMALY_TYPES: tuple[str, ...] = (
     INCONSISTENT_OFFSETS,
     DUPLICATE,

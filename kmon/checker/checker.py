@@ -24,6 +24,7 @@ from kmon.checker.policy import allowed_anomalies, invalidating
 from kmon.checker.poll_skip import count_versions
 from kmon.checker.report import Report, merge_anomalies
 from kmon.checker.send_order import in_version_order
+from kmon.checker.share import ShareSettings
 from kmon.checker.sink import Sink
 from kmon.checker.state import KeyState
 from kmon.checker.torn import TxnStage
@@ -52,9 +53,17 @@ class CheckConfig:
     txn_retention_ns: int | None = None
     collect_lags: bool = True
     cycles: bool = True  # search G0/G1c (offline only: keeps every op's highest reads)
+    # Share groups (KIP-932; ``share``): the group's share.record.lock.duration.ms and
+    # share.delivery.count.limit (Kafka's defaults), and the clock skew allowed between probes
+    # and brokers.
+    share_lock_ns: int = 30_000_000_000
+    share_delivery_limit: int = 5
+    share_skew_ns: int = 1_000_000_000
 
     def fold_config(self) -> fold.FoldConfig:
-        return fold.FoldConfig(self.grace_ns, self.unseen_grace_ns, self.collect_lags)
+        shares = ShareSettings(self.share_lock_ns, self.share_delivery_limit, self.share_skew_ns)
+        return fold.FoldConfig(self.grace_ns, self.unseen_grace_ns, self.collect_lags,
+                               share_settings=shares)
 
 
 class Checker:
@@ -74,6 +83,7 @@ class Checker:
         # (reader op, key, value) of every read by an ok or info op: write-read edges
         self.reads: set[tuple[int, Any, Any]] = set()
         self.ops = 0
+        self.last_time = 0  # the history's latest time: the share groups' end (``finish``)
         self.workload_ops = 0  # send/poll/txn ops: a history without any is not a test
 
     def key_state(self, key: Any) -> KeyState:
@@ -98,9 +108,11 @@ class Checker:
         self.ops += 1
         if mop:
             self.workload_ops += 1
+        if t > self.last_time:
+            self.last_time = t
         if ty == "invoke":
             self.invoked_at[process] = t
-            if f == "commit":
+            if f == "commit" or f == "share-poll" or f == "ack":
                 self._commit_invoked(op)
             return
         invoke_time = self.invoked_at.get(process)  # (pop with a default is a method call)
@@ -139,7 +151,8 @@ class Checker:
                     self.reads.add((op.index, k, v))
 
     def _commit_invoked(self, op: Op) -> None:
-        """An offset commit in flight: it may take effect from now on (``offsets``)."""
+        """An offset commit, share poll or acknowledgement in flight: it may take effect from
+        now on (``offsets``, ``share``)."""
         group = op.meta.group if op.meta is not None else None
         for fr in split_invoke(op.index, op.process, op.f, op.time, op.value, group):
             fold.apply(self.key_state(fr.key), fr, self.fold_config, self.sink)
@@ -220,7 +233,7 @@ class Checker:
 
     def finish(self) -> Report:
         for st in self.keys.values():
-            fold.finish(st, self.sink)
+            fold.finish(st, self.sink, self.fold_config, self.last_time)
         self._route_facts()
         anomalies = list(self.sink.anomalies)
         if not self.compact:

@@ -22,6 +22,7 @@ from kmon.checker import (
     poll_skip,
     realtime_lag,
     send_order,
+    share,
     unseen,
 )
 from kmon.checker.flags import (
@@ -56,11 +57,16 @@ class FoldConfig:
     # False: every send and read through version_order's general path, not the common cases
     # inlined below (tests/checker/test_fold_inline.py proves both leave the same state).
     inline: bool = True
+    share_settings: share.ShareSettings = share.DEFAULT_SETTINGS  # share groups: lock, limit
 
 
 def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
     ty = fr.type
     group = fr.group
+    if fr.f == "share-poll" or fr.f == "ack":
+        if group is not None:
+            _apply_share(st, fr, group, cfg, sink)
+        return
     if group is not None and fr.commits is not None:  # (an invoke too: in flight from now)
         offsets.committed(st.groups, group, fr.commits, fr.process, fr.op, ty, fr.invoke_time,
                           fr.time)
@@ -95,6 +101,29 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
             sink.lags.append((fr.invoke_time, p, st.key, 0))
         else:
             realtime_lag.sample(st, pp.lag_pos, fr.invoke_time, p, sink)
+
+
+def _apply_share(st: KeyState, fr: Fragment, group: str, cfg: FoldConfig, sink: Sink) -> None:
+    """A share group's op (``share``); its deliveries are reads of the key's log too: they
+    place values at offsets (``version_order``) and may read aborted writes (``G1a``), but
+    share consumers skip by design (no order checks) and have their own loss rule."""
+    ty = fr.type
+    if fr.f == "ack":
+        if fr.acks:
+            share.acked(st.shares, group, fr.process, fr.op, ty, fr.invoke_time, fr.time,
+                        fr.acks)
+        return
+    share.polled(st.shares, group, fr.process, fr.op, ty, fr.invoke_time, fr.time, fr.shares)
+    if ty == "invoke" or not fr.shares:
+        return
+    if fr.time > st.max_time:
+        st.max_time = fr.time
+    deadline = INF if cfg.grace_ns is None else fr.time + cfg.grace_ns
+    for off, v, _ in fr.shares:
+        c = st.code(v)
+        place_read(st, off, c, fr, sink)
+        aborted_read.judge_read(st, c, off, fr.op, fr.process, fr.time, deadline, ty == "ok",
+                                sink)
 
 
 # Ints in [_DIRECT_MIN, _DIRECT_MAX] are their own code (values.encode, inline). Both bounds
@@ -294,17 +323,23 @@ def advance(st: KeyState, watermark: int, cfg: FoldConfig, sink: Sink) -> None:
         unseen.decide(st, watermark, cfg.unseen_grace_ns, sink)
     if st.groups and cfg.grace_ns is not None:
         offsets.decide(st.groups, st.key, watermark, cfg.grace_ns, sink)
+    if st.shares and cfg.grace_ns is not None:
+        share.decide(st.shares, st, watermark, cfg.grace_ns, cfg.share_settings, sink)
     if cfg.grace_ns is not None:
         horizon = watermark - cfg.grace_ns
         patience = cfg.unseen_grace_ns
         _compact(st, horizon, None if patience is None else horizon - UNREAD_KEPT * patience)
 
 
-def finish(st: KeyState, sink: Sink) -> None:
-    """End of an offline history: nothing more will arrive, decide every candidate."""
+def finish(st: KeyState, sink: Sink, cfg: FoldConfig | None = None, end: int = INF) -> None:
+    """End of an offline history: nothing more will arrive, decide every candidate. ``end``,
+    the history's last time, is the share groups' watermark: a lock still running at the end
+    may yet expire and redeliver (``share``)."""
     lost_write.decide(st, INF, sink)
     if st.groups:
         offsets.decide(st.groups, st.key, INF, 0, sink)
+    if st.shares:
+        share.decide(st.shares, st, end, 0, (cfg or FoldConfig()).share_settings, sink)
 
 
 # (The two scans below compare typed ints: ``min`` of an int and a list item is a generic
@@ -322,8 +357,9 @@ def _pinned_offset(st: KeyState) -> int:
     return low
 
 
-def next_deadline(st: KeyState) -> int:
-    """When ``advance`` next has something to decide for this key (INF: nothing pending)."""
+def next_deadline(st: KeyState, cfg: FoldConfig | None = None) -> int:
+    """When ``advance`` next has something to decide for this key (INF: nothing pending);
+    share groups' verdicts only given ``cfg`` (an online one: their grace period)."""
     due = INF
     for t in st.cand_due:
         if t < due:
@@ -336,6 +372,10 @@ def next_deadline(st: KeyState) -> int:
         groups_due = offsets.next_due(st.groups)
         if groups_due < due:
             due = groups_due
+    if st.shares and cfg is not None and cfg.grace_ns is not None:
+        shares_due = share.next_due(st.shares, cfg.grace_ns, cfg.share_settings)
+        if shares_due < due:
+            due = shares_due
     return due
 
 

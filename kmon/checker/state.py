@@ -63,6 +63,7 @@ from kmon.checker.flags import (
 )
 from kmon.checker.offsets import GroupOffsets
 from kmon.checker.records import Crossing, Loose, PendingRead, ProcPos
+from kmon.checker.share import ShareLog
 from kmon.checker.value_index import ValueIndex
 from kmon.checker.values import decode, encode
 from kmon.checker.window import BLOCK_BITS, CHUNK, CHUNK_BITS, GROW_BELOW_LIMIT
@@ -161,6 +162,7 @@ class KeyState:
         "max_time",
         "pending_reads",
         "procs",
+        "shares",
         "twins",
         "unseen_decided",
         "unseen_from",
@@ -203,6 +205,8 @@ class KeyState:
         self.procs: dict[Any, ProcPos] = {}
         # consumer group -> its committed offset of this key, as commits and starts show it
         self.groups: dict[str, GroupOffsets] = {}
+        # share group -> its deliveries and acknowledgements of this key (``share``)
+        self.shares: dict[str, ShareLog] = {}
         self.late = 0  # observations of compacted offsets (not checkable any more)
         self.unseen_decided = 0  # acked values given an unseen verdict and compacted
         self.unseen_from = 0  # no undecided acknowledged-unread value below this offset
@@ -476,6 +480,7 @@ class KeyState:
             if d:
                 total += sys.getsizeof(d) + sum(sys.getsizeof(v) for v in d.values())
         total += sum(g.nbytes() for g in self.groups.values())
+        total += sum(g.nbytes() for g in self.shares.values())
         cands = (self.cand_due, self.cand_offset, self.cand_reader)
         return total + sum(memoryview(t).nbytes for t in cands)
 

@@ -15,6 +15,8 @@ restarts from its checkpoint). The format is a pickled dict:
 - ``groups`` (only when the key has any): each consumer group's committed-offset record
   (``offsets.GroupOffsets.rows``). Added within version 3: a state saved without it loads
   with none.
+- ``shares`` (only when the key has any): each share group's log (``share.ShareLog.rows``).
+  Added within version 3 too: a state saved without it loads with none.
 
 Version 2 (before 2026-11-25) differs in three ways, each converted on load: its flags were 16
 unsigned bits with READ_OK in bit 15 (``flags_v2``), its writers 64-bit offsets from the first
@@ -34,6 +36,7 @@ from mypy_extensions import i16, i32, i64
 from kmon.checker.flags import READ_OK
 from kmon.checker.offsets import group_of
 from kmon.checker.records import PROC_FIELDS, ProcPos, loose_of, pending_read_of
+from kmon.checker.share import log_of
 from kmon.checker.window_codec import NO_WRITER
 
 if TYPE_CHECKING:  # (state.py imports this module)
@@ -75,6 +78,8 @@ def dump(st: KeyState) -> bytes:
     }
     if st.groups:
         body["groups"] = {name: g.rows() for name, g in st.groups.items()}
+    if st.shares:
+        body["shares"] = {name: g.rows() for name, g in st.shares.items()}
     return pickle.dumps(body, protocol=5)
 
 
@@ -111,6 +116,8 @@ def load(st: KeyState, body: dict[str, Any]) -> None:
         st.procs[p] = pp
     for name, rows in body.get("groups", {}).items():
         st.groups[name] = group_of(rows)
+    for name, rows in body.get("shares", {}).items():
+        st.shares[name] = log_of(rows)
 
 
 def _load_tables(st: KeyState, tables: dict[str, tuple[str, bytes]]) -> None:

@@ -14,8 +14,11 @@
   send/poll/txn/commit or assign/subscribe op with value None decodes with ``[]``; a crash op's
   value decodes as None.
 - Versions: v2 added the ``commit`` op and micro-op (``Mop.f`` ``commit``: key and offset),
-  ``group`` and ``starts``; v1 events decode with no group and no starts. A reader that knows
-  only v1 sends v2 events to the dead letters (unknown version): upgrade monitors first.
+  ``group`` and ``starts``; v1 events decode with no group and no starts. v3 added a share
+  group's ops (``share-poll``, ``ack``) and micro-ops (``Mop.f`` ``share-read``: key and
+  ``share``, the records with their delivery counts; ``ack``: key, offset and ``outcome``), as
+  trailing enum symbols and ``Mop`` fields. A reader that knows only older versions sends newer
+  events to the dead letters (unknown version): upgrade monitors first.
 """
 
 from __future__ import annotations
@@ -33,13 +36,16 @@ import fastavro
 from kmon.history.model import OP_FS, KeyPlacement, Op, OpMeta, Rebalance, Start
 from kmon.history.wire import KEY_LIST_FS, MOP_LIST_FS
 
-SCHEMA_VERSION = 2  # the version this code writes, and resolves older events to
+SCHEMA_VERSION = 3  # the version this code writes, and resolves older events to
 SCHEMA_HEADER = "kmon-schema"  # Kafka header naming an event's writer schema
 SCHEMA_NAME = "op-event"  # header value: "op-event/<version>"
 
 _SCHEMA_FILE = re.compile(r"op_event_v([0-9]+)\.avsc\Z")
 _HEADER_VALUE = re.compile(rf"{SCHEMA_NAME}/([0-9]+)\Z")
 _NO_META = OpMeta()
+# Avro's enum symbols are identifiers: the model's names with a hyphen are spelled with "_".
+_F_SYMBOL = {"share-poll": "share_poll"}
+_F_OF_SYMBOL = {v: k for k, v in _F_SYMBOL.items()}
 _LONG = range(-(2**63), 2**63)
 
 
@@ -145,7 +151,7 @@ def op_to_record(op: Op) -> dict[str, Any]:
         "invoke_time": meta.invoke_time,
         "process": op.process,
         "type": op.type,
-        "f": op.f,
+        "f": _F_SYMBOL.get(op.f, op.f),
         "mops": [_mop_record(m) for m in op.value or ()] if op.f in MOP_LIST_FS else [],
         "keys": list(op.value or ()) if op.f in KEY_LIST_FS else [],
         "seek_to_beginning": meta.seek_to_beginning,
@@ -171,9 +177,20 @@ def _mop_record(m: tuple) -> dict[str, Any]:
             "value": _branch(m[2]),
             "offset": m[3],
             "reads": None,
+            "share": None,
+            "outcome": None,
         }
     if m[0] == "commit":
-        return {"f": "commit", "key": _branch(m[1]), "value": None, "offset": m[2], "reads": None}
+        return {"f": "commit", "key": _branch(m[1]), "value": None, "offset": m[2], "reads": None,
+                "share": None, "outcome": None}
+    if m[0] == "share-read":
+        share = None if m[2] is None else ("array", [
+            {"offset": o, "value": _branch(v), "delivery_count": c} for o, v, c in m[2]])
+        return {"f": "share_read", "key": _branch(m[1]), "value": None, "offset": None,
+                "reads": None, "share": share, "outcome": None}
+    if m[0] == "ack":
+        return {"f": "ack", "key": _branch(m[1]), "value": None, "offset": m[2], "reads": None,
+                "share": None, "outcome": m[3]}
     reads = m[1]
     if reads is not None:
         reads = (
@@ -186,7 +203,8 @@ def _mop_record(m: tuple) -> dict[str, Any]:
                 for k, pairs in reads.items()
             ],
         )
-    return {"f": "poll", "key": None, "value": None, "offset": None, "reads": reads}
+    return {"f": "poll", "key": None, "value": None, "offset": None, "reads": reads,
+            "share": None, "outcome": None}
 
 
 def _branch(x: Any) -> Any:
@@ -253,7 +271,7 @@ def _writer_schema(version: Any) -> dict[str, Any]:
 
 def record_to_op(record: Mapping[str, Any]) -> Op:
     """An op event record (current schema shape) as a model ``Op``."""
-    f = record["f"]
+    f = _F_OF_SYMBOL.get(record["f"], record["f"])
     if record["index"] < 0:
         raise DecodeError(f"negative op index {record['index']}")
     return Op(
@@ -303,6 +321,16 @@ def _mop(m: Mapping[str, Any]) -> tuple:
         if m["key"] is None or m["offset"] is None:
             raise DecodeError("commit mop without key or offset")
         return ("commit", m["key"], m["offset"])
+    if m["f"] == "share_read":
+        if m["key"] is None:
+            raise DecodeError("share-read mop without key")
+        share = m["share"]
+        return ("share-read", m["key"], None if share is None else [
+            (x["offset"], x["value"], x["delivery_count"]) for x in share])
+    if m["f"] == "ack":
+        if m["key"] is None or m["offset"] is None or m["outcome"] is None:
+            raise DecodeError("ack mop without key, offset or outcome")
+        return ("ack", m["key"], m["offset"], m["outcome"])
     reads = m["reads"]
     if reads is None:
         return ("poll", None)

@@ -8,8 +8,9 @@ then the value) is read by hand into just what the fold needs, and the op is spl
 per-key fragments by ``fragment.split_fields``, the one definition of splitting (with the op's
 consumer group and starts; an offset commit's invocation too, as ``kmon check`` splits it). v2
 appended fields and enum symbols to v1 (the ``commit`` op and micro-op, ``group``, ``starts``),
-so one reader reads both, v1 events stopping before the new fields. Events of any other
-packaged version go through the reference codec (``decode_with_codec``).
+and v3 to v2 (the share group's ops and micro-ops, and two trailing ``Mop`` fields: ``share``,
+``outcome``), so one reader reads all three, older events stopping before the newer fields.
+Events of any other packaged version go through the reference codec (``decode_with_codec``).
 
 The contract the monitor holds events to is checked here too: an event that breaks it gets a
 dead-letter *reason* (``REASONS``) instead of fragments. The tests hold this reader to
@@ -33,21 +34,31 @@ NEGATIVE_INDEX: Final = "negative-index"
 NEGATIVE_TIME: Final = "negative-time"
 SEND_WITHOUT_VALUE: Final = "send-without-key-or-value"
 COMMIT_WITHOUT_OFFSET: Final = "commit-without-key-or-offset"
+SHARE_MOP_INCOMPLETE: Final = "share-mop-without-key-offset-or-outcome"
 NEGATIVE_OFFSET: Final = "negative-offset"
 TIME_IN_FUTURE: Final = "time-in-future"
 FOLD_ERROR: Final = "fold-error"  # raised by the fold, not here: a bug or an unforeseen shape
 REASONS: Final = (NO_HEADER, UNKNOWN_VERSION, UNDECODABLE, VERSION_MISMATCH, NEGATIVE_INDEX,
-                  NEGATIVE_TIME, SEND_WITHOUT_VALUE, COMMIT_WITHOUT_OFFSET, NEGATIVE_OFFSET,
-                  TIME_IN_FUTURE, FOLD_ERROR)
+                  NEGATIVE_TIME, SEND_WITHOUT_VALUE, COMMIT_WITHOUT_OFFSET, SHARE_MOP_INCOMPLETE,
+                  NEGATIVE_OFFSET, TIME_IN_FUTURE, FOLD_ERROR)
 
-# The schema's enums, by symbol index (op_event_v2.avsc; v1 has all but the last of each).
+# The schema's enums, by symbol index (op_event_v3.avsc; v2 has all but the last two OpF and
+# MopF symbols and the AckOutcome enum; v1 all but the last three OpF and MopF symbols).
 _OP_TYPES: Final = ("invoke", "ok", "fail", "info")
-_OP_FS: Final = ("send", "poll", "txn", "assign", "subscribe", "crash", "unknown", "commit")
+_OP_FS: Final = ("send", "poll", "txn", "assign", "subscribe", "crash", "unknown", "commit",
+                 "share-poll", "ack")
+_N_OP_FS: Final = (0, 7, 8, 10)  # OpF symbols per version
+_N_MOP_FS: Final = (0, 2, 3, 5)  # MopF symbols per version
 _MOP_SEND: Final = 0
 _MOP_POLL: Final = 1
 _MOP_COMMIT: Final = 2
-_V1: Final = 1  # the versions read by hand: v1, and v2 = v1 + trailing fields and symbols
-_V2: Final = 2
+_MOP_SHARE_READ: Final = 3
+_MOP_ACK: Final = 4
+_ACK_OUTCOMES: Final = ("accept", "release", "reject")
+_MOP_LIST_FS: Final = frozenset(("send", "poll", "txn", "commit", "share-poll", "ack"))
+_V1: Final = 1  # the versions read by hand: v1, v2 = v1 + trailing fields and symbols,
+_V2: Final = 2  # and v3 = v2 + trailing symbols and Mop fields
+_V3: Final = 3
 _MAX_LONG: Final = 2**63 - 1
 _MIN_LONG: Final = -(2**63)
 
@@ -220,6 +231,7 @@ class _Flags:
     def __init__(self) -> None:
         self.send_without_value = False
         self.commit_without_offset = False
+        self.share_mop_incomplete = False
         self.negative_offset = False
 
 
@@ -245,9 +257,26 @@ def _reads(r: _Reader, flags: _Flags) -> dict[Any, list[tuple[int, Any]]]:
     return by_key
 
 
-def _mops(r: _Reader, flags: _Flags, n_kinds: int) -> list[tuple]:
-    """The mops array; ``n_kinds`` is the MopF symbols of the version read (v1: send, poll)."""
+def _share(r: _Reader, flags: _Flags) -> list[tuple[int, Any, int]]:
+    """v3's share records: [(offset, value, delivery count), ...]."""
+    out: list[tuple[int, Any, int]] = []
+    n = r.count()
+    while n:
+        for _ in range(n):
+            off = r.long()
+            if off < 0:
+                flags.negative_offset = True
+            value = r.long_or_string()
+            out.append((off, value, r.long()))
+        n = r.count()
+    return out
+
+
+def _mops(r: _Reader, flags: _Flags, version: int) -> list[tuple]:
+    """The mops array of an event of schema ``version`` (v1: send, poll; v2: commit too; v3:
+    share-read and ack too, and the trailing share and outcome fields)."""
     out: list[tuple] = []
+    n_kinds = _N_MOP_FS[version]
     n = r.count()
     while n:
         for _ in range(n):
@@ -258,6 +287,13 @@ def _mops(r: _Reader, flags: _Flags, n_kinds: int) -> list[tuple]:
             reads: dict[Any, list[tuple[int, Any]]] | None = None
             if r.branch(2) == 1:
                 reads = _reads(r, flags)
+            share: list[tuple[int, Any, int]] | None = None
+            outcome: str | None = None
+            if version >= _V3:
+                if r.branch(2) == 1:
+                    share = _share(r, flags)
+                if r.branch(2) == 1:
+                    outcome = _ACK_OUTCOMES[r.branch(3)]
             if offset is not None and offset < 0:
                 flags.negative_offset = True
             if f == _MOP_SEND:
@@ -268,6 +304,14 @@ def _mops(r: _Reader, flags: _Flags, n_kinds: int) -> list[tuple]:
                 if key is None or offset is None:
                     flags.commit_without_offset = True
                 out.append(("commit", key, offset))
+            elif f == _MOP_SHARE_READ:
+                if key is None:
+                    flags.share_mop_incomplete = True
+                out.append(("share-read", key, share))
+            elif f == _MOP_ACK:
+                if key is None or offset is None or outcome is None:
+                    flags.share_mop_incomplete = True
+                out.append(("ack", key, offset, outcome))
             else:
                 out.append(("poll", reads))
         n = r.count()
@@ -318,9 +362,9 @@ def _placements(r: _Reader, op: int) -> list[Placement]:
 def read_event(data: bytes, version: int) -> Event:
     """The event in ``data``, written with schema ``version`` (its header's); EventError with
     the reason when it breaks the contract."""
-    if version != _V2 and version != _V1:
+    if version != _V3 and version != _V2 and version != _V1:
         return decode_with_codec(data, version)
-    v2 = version == _V2
+    v2 = version >= _V2
     r = _Reader(data)
     flags = _Flags()
     try:
@@ -331,8 +375,8 @@ def read_event(data: bytes, version: int) -> Event:
         invoke_time = r.null_or_long()
         process = r.long()
         ty = _OP_TYPES[r.branch(4)]
-        f = _OP_FS[r.branch(8 if v2 else 7)]
-        mops = _mops(r, flags, 3 if v2 else 2)
+        f = _OP_FS[r.branch(_N_OP_FS[version])]
+        mops = _mops(r, flags, version)
         keys = r.keys()
         r.skip_boolean()  # seek_to_beginning
         rebalances = _rebalances(r)
@@ -354,8 +398,7 @@ def read_event(data: bytes, version: int) -> Event:
         return Event(probe, index, time, split_invoke(index, process, f, time, mops, group),
                      placements, group, starts)
     it = time if invoke_time is None else invoke_time
-    value: Any = mops if f in ("send", "poll", "txn", "commit") else keys if f in (
-        "assign", "subscribe") else None
+    value: Any = mops if f in _MOP_LIST_FS else keys if f in ("assign", "subscribe") else None
     return Event(probe, index, time, split_fields(index, process, ty, f, time, value,
                                                   rebalances, it, group, starts),
                  placements, group, starts)
@@ -370,6 +413,8 @@ def _judge(index: int, time: int, flags: _Flags) -> None:
         raise EventError(SEND_WITHOUT_VALUE)
     if flags.commit_without_offset:
         raise EventError(COMMIT_WITHOUT_OFFSET)
+    if flags.share_mop_incomplete:
+        raise EventError(SHARE_MOP_INCOMPLETE)
     if flags.negative_offset:
         raise EventError(NEGATIVE_OFFSET)
 
@@ -387,6 +432,11 @@ def decode_with_codec(data: bytes, version: int) -> Event:
             flags.send_without_value = True
         if m["f"] == "commit" and (m["key"] is None or m["offset"] is None):
             flags.commit_without_offset = True
+        if (m["f"] == "share_read" and m["key"] is None) or (m["f"] == "ack" and (
+                m["key"] is None or m["offset"] is None or m["outcome"] is None)):
+            flags.share_mop_incomplete = True
+        if any(x["offset"] < 0 for x in m.get("share") or ()):
+            flags.negative_offset = True
         if (m["offset"] is not None and m["offset"] < 0) or any(
                 x["offset"] < 0 for r in m["reads"] or () for x in r["records"]):
             flags.negative_offset = True

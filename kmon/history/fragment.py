@@ -9,7 +9,8 @@ every key) and online (Spark grouping fragments by key). A fragment carries just
 checks need: the op's identity and outcome, its sends and reads of this key in op order, whether
 an assign/subscribe or a rebalance touched the key, and how many values the whole op wrote (ops
 writing two or more values are checked for atomicity by the transaction stage). Offset commits
-and assignment starts come with the consumer group they belong to (``kmon.checker.offsets``).
+and assignment starts come with the consumer group they belong to (``kmon.checker.offsets``),
+share polls' deliveries and acknowledgements with their share group (``kmon.checker.share``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from kmon.history.model import Op, Start
 
 class Fragment:
     __slots__ = (
+        "acks",
         "assigned",
         "commits",
         "f",
@@ -33,6 +35,7 @@ class Fragment:
         "reads",
         "rebalanced",
         "sends",
+        "shares",
         "start",
         "time",
         "type",
@@ -55,6 +58,8 @@ class Fragment:
         group: str | None = None,
         commits: list[int] | None = None,
         start: Start | None = None,
+        shares: list[tuple[int, Any, int]] | None = None,
+        acks: list[tuple[int, str]] | None = None,
     ) -> None:
         self.key = key
         self.op = op
@@ -74,19 +79,25 @@ class Fragment:
         self.group = group  # the consumer group of ``commits`` and ``start``
         self.commits = commits  # offsets the op committed for this key (usually one)
         self.start = start  # where the op's assignment started this key
+        # A share poll's records of this key: [(offset, value, delivery count), ...]; None when
+        # not known (an invocation, or a completion that is not ok and returned nothing)
+        self.shares = shares
+        self.acks = acks  # an ack op's [(offset, outcome), ...] of this key
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (
             f"Fragment(key={self.key!r}, op={self.op}, p={self.process!r}, {self.type} {self.f},"
             f" sends={self.sends}, reads={self.reads}, assigned={self.assigned},"
             f" rebalanced={self.rebalanced}, n_writes={self.n_writes}, group={self.group!r},"
-            f" commits={self.commits}, start={self.start})"
+            f" commits={self.commits}, start={self.start}, shares={self.shares},"
+            f" acks={self.acks})"
         )
 
 
 # A fragment as a plain tuple, its key aside (``to_row``/``from_row``): how the monitor moves a
 # key's fragments from the step that reads events to the key's fold, in one pickled value.
-# The last three (group, commits, start) only when the fragment has commits or a start.
+# The next three (group, commits, start) only when the fragment has a group; the last two
+# (shares, acks) only for a share group's ops.
 FragmentRow = tuple
 
 
@@ -95,8 +106,11 @@ def to_row(fr: Fragment) -> FragmentRow:
         return (fr.op, fr.process, fr.type, fr.f, fr.time, fr.invoke_time, fr.sends, fr.reads,
                 fr.assigned, fr.rebalanced, fr.n_writes)
     start = None if fr.start is None else (fr.start.offset, fr.start.source)
-    return (fr.op, fr.process, fr.type, fr.f, fr.time, fr.invoke_time, fr.sends, fr.reads,
-            fr.assigned, fr.rebalanced, fr.n_writes, fr.group, fr.commits, start)
+    row = (fr.op, fr.process, fr.type, fr.f, fr.time, fr.invoke_time, fr.sends, fr.reads,
+           fr.assigned, fr.rebalanced, fr.n_writes, fr.group, fr.commits, start)
+    if fr.f == "share-poll" or fr.f == "ack":
+        return (*row, fr.shares, fr.acks)
+    return row
 
 
 def from_row(key: Any, r: FragmentRow) -> Fragment:
@@ -104,10 +118,13 @@ def from_row(key: Any, r: FragmentRow) -> Fragment:
     if len(r) > 11:
         fr.group, fr.commits = r[11], r[12]
         fr.start = None if r[13] is None else Start(r[13][0], r[13][1])
+    if len(r) > 14:
+        fr.shares, fr.acks = r[14], r[15]
     return fr
 
 
 _MOP_FS: Final = frozenset(("send", "poll", "txn"))
+_SHARE_FS: Final = frozenset(("share-poll", "ack"))
 
 
 def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
@@ -127,8 +144,10 @@ def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
 def split_invoke(idx: int, proc: Any, f: str, t: int, value: Any,
                  group: str | None) -> list[Fragment]:
     """An invocation's fragments: none (a read that beats its writer waits for it), but for an
-    offset commit's, which may take effect from its invocation on (``kmon.checker.offsets``)."""
-    if f != "commit" or group is None or not value:
+    offset commit's, which may take effect from its invocation on (``kmon.checker.offsets``),
+    and a share group's ops: a share poll may acquire records, an acknowledgement release them,
+    from their invocation on (``kmon.checker.share``)."""
+    if (f != "commit" and f not in _SHARE_FS) or group is None or not value:
         return []
     return split_fields(idx, proc, "invoke", f, t, value, (), t, group)
 
@@ -150,6 +169,9 @@ def split_fields(
     if f == "commit":
         if value and group is not None:
             _add_commits(by_key, value, idx, proc, ty, f, t, it, group)
+    elif f in _SHARE_FS:
+        if value and group is not None:
+            _add_share_mops(by_key, value, idx, proc, ty, f, t, it, group)
     elif f in _MOP_FS and value:
         n_writes = 0
         # Typed as a list of tuples (copies only for other sequences, which index alike), so
@@ -200,6 +222,25 @@ def _add_commits(by_key: dict[Any, Fragment], value: Any, idx: int, proc: Any, t
             fr.commits = [m[2]]
         else:
             fr.commits.append(m[2])
+
+
+def _add_share_mops(by_key: dict[Any, Fragment], value: Any, idx: int, proc: Any, ty: str,
+                    f: str, t: int, it: int, group: str) -> None:
+    """A share poll's records per key (a key listed with None: it may have acquired some), or
+    an ack op's acknowledgements per key."""
+    for m in value:
+        k = m[1]
+        fr = by_key.get(k)
+        if fr is None:
+            fr = by_key[k] = Fragment(k, idx, proc, ty, f, t, it)
+            fr.group = group
+        if m[0] == "share-read" and m[2] is not None:
+            fr.shares = list(m[2]) if fr.shares is None else [*fr.shares, *m[2]]
+        elif m[0] == "ack":
+            if fr.acks is None:
+                fr.acks = [(m[2], m[3])]
+            else:
+                fr.acks.append((m[2], m[3]))
 
 
 def _add_mop(by_key: dict[Any, Fragment], m: tuple, idx: int, proc: Any, ty: str, f: str,

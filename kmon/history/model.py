@@ -4,8 +4,9 @@ A *history* is a sequence of ops. Each logical process alternates an ``invoke`` 
 completion (``ok``, ``fail`` or ``info``), like Jepsen's queue workload:
 
 - ``f`` is one of ``send``, ``poll``, ``txn`` (micro-ops), ``commit`` (micro-ops: an offset
-  commit of the process's consumer group), ``assign``, ``subscribe`` (a list of keys) or
-  ``crash`` (the process's clients were torn down; no value).
+  commit of the process's consumer group), ``share-poll`` and ``ack`` (micro-ops: a share
+  consumer's poll and its acknowledgements, KIP-932), ``assign``, ``subscribe`` (a list of
+  keys) or ``crash`` (the process's clients were torn down; no value).
 - A *key* names one topic-partition; keys and values are opaque ints or strings and keep their
   types end to end.
 - Micro-ops (mops), normalised on decode so detectors never re-parse wire shapes:
@@ -18,12 +19,22 @@ completion (``ok``, ``fail`` or ``info``), like Jepsen's queue workload:
   ``("commit", key, off)``        the group's committed offset for ``key`` set to ``off`` (the
                                   next offset to read), in a ``commit`` op or, sent with
                                   ``send_offsets_to_transaction``, in a ``txn`` op
+  ``("share-read", key, None)``   a share poll that may acquire records of ``key``: as invoked,
+                                  or completed with its records unknown (info, fail)
+  ``("share-read", key, [(off, value, count), ...])``  records of ``key`` a share poll
+                                  delivered, with each one's delivery count, in poll order
+  ``("ack", key, off, outcome)``  a share consumer's acknowledgement of the record at ``off``:
+                                  ``accept``, ``release`` or ``reject``
   ============================  ==============================================================
 
 - Committed offsets are data (``__consumer_offsets``): ``OpMeta.group`` names the consumer group
   an op's commits and assignments belong to, and ``OpMeta.starts`` where each partition the op
   assigned starts (``Start``): the probe looks the committed offset up and assigns it (see
   ``kmon.checker.offsets`` for what is checked).
+- Share groups (KIP-932): ``OpMeta.group`` names the share group of a ``share-poll`` or ``ack``
+  op. A ``share-poll`` lists a ``share-read`` per key it may acquire records of (invoked and
+  completed alike); an ``ack`` op is the acknowledgements one ``commit_sync`` sent, its type
+  their outcome (see ``kmon.checker.share`` for what is checked).
 
 Codecs (JSON, JSONL, EDN, Avro) convert Jepsen's wire shapes (``["send", k, [off, v]]``,
 ``["poll", {k: [[off, v], ...]}]``) to and from this form.
@@ -39,14 +50,24 @@ Value = int | str
 Offset = int
 
 OpType = Literal["invoke", "ok", "fail", "info"]
-OpF = Literal["send", "poll", "txn", "commit", "assign", "subscribe", "crash"]
+OpF = Literal["send", "poll", "txn", "commit", "assign", "subscribe", "crash", "share-poll",
+              "ack"]
 
 OP_TYPES: tuple[str, ...] = ("invoke", "ok", "fail", "info")
-OP_FS: tuple[str, ...] = ("send", "poll", "txn", "assign", "subscribe", "crash", "commit")
+OP_FS: tuple[str, ...] = ("send", "poll", "txn", "assign", "subscribe", "crash", "commit",
+                          "share-poll", "ack")
 MOP_FS: frozenset[str] = frozenset(("send", "poll", "txn"))  # ops of values (workload ops)
+SHARE_FS: frozenset[str] = frozenset(("share-poll", "ack"))  # a share group's ops (KIP-932)
 
-# ("send", key, value, offset | None), ("poll", {key: [(offset, value), ...]} | None) or
-# ("commit", key, offset)
+# A share consumer's acknowledgement of one record (``("ack", key, off, outcome)``):
+ACCEPT: Final = "accept"  # processed: never delivered again
+RELEASE: Final = "release"  # back to the group: delivered again (until the delivery limit)
+REJECT: Final = "reject"  # unprocessable: archived, never delivered again
+ACK_OUTCOMES: tuple[str, ...] = (ACCEPT, RELEASE, REJECT)
+
+# ("send", key, value, offset | None), ("poll", {key: [(offset, value), ...]} | None),
+# ("commit", key, offset), ("share-read", key, [(offset, value, count), ...] | None) or
+# ("ack", key, offset, outcome)
 Mop = tuple
 
 # Where an assigned partition starts (``Start.source``):
@@ -95,7 +116,8 @@ class OpMeta:
     error: str | None = None
     seek_to_beginning: bool = False
     placements: dict[Key, KeyPlacement] = field(default_factory=dict)
-    group: str | None = None  # the consumer group of the op's commits and assignments
+    group: str | None = None  # the consumer (or share) group of the op's commits, assignments,
+    # share polls and acknowledgements
     starts: dict[Key, Start] = field(default_factory=dict)  # partitions the op assigned
     # On a completion: when its invocation happened (ns). Lets per-key consumers of op events,
     # which never see a poll's key-less invoke, stamp realtime lag with the invocation time.
@@ -109,7 +131,8 @@ class Op:
     process: int | str
     type: str  # one of OP_TYPES
     f: str  # one of OP_FS
-    value: Any = None  # list[Mop] for send/poll/txn/commit, list[Key] for assign/subscribe
+    value: Any = None  # list[Mop] for send/poll/txn/commit/share-poll/ack, list[Key] for
+    # assign/subscribe
     rebalance_log: tuple[Rebalance, ...] = ()
     meta: OpMeta | None = None
 
@@ -140,6 +163,22 @@ class Op:
                     out.setdefault(k, []).extend(pairs)
         return out
 
+    def share_reads(self) -> dict[Key, list[tuple[Offset, Value, int]]]:
+        """Records a share poll delivered per key, (offset, value, delivery count) each."""
+        out: dict[Key, list[tuple[Offset, Value, int]]] = {}
+        if self.f != "share-poll" or not self.value:
+            return out
+        for m in self.value:
+            if m[0] == "share-read" and m[2]:
+                out.setdefault(m[1], []).extend(m[2])
+        return out
+
+    def acks(self) -> list[tuple[Key, Offset, str]]:
+        """(key, offset, outcome) of each acknowledgement of an ``ack`` op, in op order."""
+        if self.f != "ack" or not self.value:
+            return []
+        return [(m[1], m[2], m[3]) for m in self.value if m[0] == "ack"]
+
     def rebalanced_keys(self) -> set[Key]:
         keys: set[Key] = set()
         for r in self.rebalance_log:
@@ -153,6 +192,15 @@ def send(key: Key, value: Value, offset: Offset | None = None) -> Mop:
 
 def commit(key: Key, offset: Offset) -> Mop:
     return ("commit", key, offset)
+
+
+def share_read(key: Key, records: list[tuple[Offset, Value, int]] | None = None) -> Mop:
+    """A share poll's records of ``key`` (None: as invoked, or not known)."""
+    return ("share-read", key, None if records is None else [(o, v, c) for o, v, c in records])
+
+
+def ack(key: Key, offset: Offset, outcome: str) -> Mop:
+    return ("ack", key, offset, outcome)
 
 
 def poll(reads: dict[Key, list[tuple[Offset, Value]]] | None = None) -> Mop:

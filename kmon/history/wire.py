@@ -9,11 +9,11 @@ colon: ``:send`` is ``"send"``). Field names, with the aliases the loader also a
 ``time``                 int nanoseconds, optional (0 when absent)
 ``process``              int, or a string such as Jepsen's ``"nemesis"``
 ``type``                 ``invoke`` / ``ok`` / ``fail`` / ``info`` (anything else is an error)
-``f``                    ``send`` / ``poll`` / ``txn`` / ``commit`` / ``assign`` /
-                         ``subscribe`` / ``crash``; other strings (nemesis ops such as
-                         ``start-partition``) are kept as is
-``value``                send/poll/txn/commit: a list of micro-ops; assign/subscribe: a list of
-                         keys; any other f: kept as is
+``f``                    ``send`` / ``poll`` / ``txn`` / ``commit`` / ``share-poll`` / ``ack``
+                         / ``assign`` / ``subscribe`` / ``crash``; other strings (nemesis ops
+                         such as ``start-partition``) are kept as is
+``value``                send/poll/txn/commit/share-poll/ack: a list of micro-ops;
+                         assign/subscribe: a list of keys; any other f: kept as is
 ``rebalance-log``        (``rebalance_log``) Jepsen's ``[{"type": "revoked", "keys": [k, ...]},
                          ...]``; other shapes are read leniently: every map with ``keys`` is
                          one event, kind from ``type`` or ``kind`` (``""`` when absent), maps
@@ -55,11 +55,17 @@ Micro-ops (keys and values are ints or strings; offsets ints):
 - ``["commit", k, offset]``: the consumer group's committed offset of ``k`` set to ``offset`` (the
   next offset to read), in ``commit`` ops and in ``txn`` ops (offsets sent with the transaction).
   Jepsen has no such micro-op; kmon's probes write it.
+- ``["share-read", k]`` (or ``["share-read", k, null]``): a share poll that may acquire records
+  of ``k``, as invoked or completed with its records unknown; ``["share-read", k, [[offset, v,
+  delivery_count], ...]]``: the records of ``k`` a share poll delivered (``share-poll`` ops).
+- ``["ack", k, offset, outcome]``: a share consumer's acknowledgement, ``outcome`` one of
+  ``accept``, ``release``, ``reject`` (``ack`` ops). Share ops name their share group in
+  ``group``.
 
 **Key typing (JSON and JSONL only).** A JSON object key is always a string, so the loader decides
 the type of each key of a poll's object form from the keys seen *in typed positions* so far in the
-file (send and commit keys, assign/subscribe values, rebalance-log keys, placement and start keys;
-the current op's included):
+file (send, commit, share-read and ack keys, assign/subscribe values, rebalance-log keys,
+placement and start keys; the current op's included):
 
 1. a key that is not a canonical decimal integer (``0``, ``42``, ``-7``; not ``007``, ``+1``,
    ``1.0``) is a string;
@@ -82,8 +88,10 @@ from typing import Any
 
 from kmon.history.errors import HistoryError
 from kmon.history.model import (
+    ACK_OUTCOMES,
     MOP_FS,
     OP_TYPES,
+    SHARE_FS,
     Key,
     KeyPlacement,
     Op,
@@ -93,8 +101,10 @@ from kmon.history.model import (
 )
 
 KEY_LIST_FS = frozenset(("assign", "subscribe"))
-# Ops whose value is a list of micro-ops: the workload's (MOP_FS) and offset commits.
-MOP_LIST_FS = MOP_FS | frozenset(("commit",))
+# Ops whose value is a list of micro-ops: the workload's (MOP_FS), offset commits and a share
+# group's ops.
+MOP_LIST_FS = MOP_FS | frozenset(("commit",)) | SHARE_FS
+_TYPED_MOPS = ("send", "commit", "share-read", "ack")  # mops whose key keeps its JSON type
 
 # Canonical name -> every spelling the loader accepts, canonical first.
 FIELD_ALIASES: dict[str, tuple[str, ...]] = {
@@ -247,10 +257,37 @@ def _mop(m: Any, field: str, typing: KeyTyping | None) -> tuple:
         return _poll(m, field, typing)
     if head == "commit":
         return _commit(m, field)
+    if head == "share-read":
+        return _share_read(m, field)
+    if head == "ack":
+        return _ack(m, field)
     raise HistoryError(
-        f'expected ["send", key, value], ["poll", ...] or ["commit", key, offset], got {show(m)}',
-        field=field,
+        f'expected ["send", key, value], ["poll", ...], ["commit", key, offset], ["share-read", '
+        f'key, records] or ["ack", key, offset, outcome], got {show(m)}', field=field,
     )
+
+
+def _share_read(m: list, field: str) -> tuple:
+    if len(m) == 2 or (len(m) == 3 and m[2] is None):
+        return ("share-read", key(m[1], field), None)
+    if len(m) != 3 or not isinstance(m[2], list):
+        raise HistoryError(f'expected ["share-read", key, records], got {show(m)}', field=field)
+    out = []
+    for r in m[2]:
+        if not isinstance(r, list) or len(r) != 3:
+            raise HistoryError(f"expected [offset, value, delivery_count], got {show(r)}",
+                               field=field)
+        out.append((_int(r[0], field), _message_value(r[1], field), _int(r[2], field)))
+    return ("share-read", key(m[1], field), out)
+
+
+def _ack(m: list, field: str) -> tuple:
+    if len(m) != 4:
+        raise HistoryError(f'expected ["ack", key, offset, outcome], got {show(m)}', field=field)
+    if m[3] not in ACK_OUTCOMES:
+        raise HistoryError(f"expected one of {'/'.join(ACK_OUTCOMES)}, got {show(m[3])}",
+                           field=field)
+    return ("ack", key(m[1], field), _int(m[2], field), m[3])
 
 
 def _send(m: list, field: str) -> tuple:
@@ -426,8 +463,8 @@ def _note_typed_keys(
             m[1]
             for m in value
             if isinstance(m, list)
-            and len(m) >= 3
-            and m[0] in ("send", "commit")
+            and len(m) >= (2 if m[0] == "share-read" else 3)
+            and m[0] in _TYPED_MOPS
             and type(m[1]) in (int, str)
         )
     elif isinstance(value, list) and f in KEY_LIST_FS:
@@ -469,7 +506,7 @@ def op_to_wire(op: Op, typing: KeyTyping | None = None) -> dict[str, Any]:
 def typed_keys(op: Op) -> Iterator[Key]:
     """The keys of ``op`` in positions where JSON keeps their type (see the key-typing rule)."""
     if op.f in MOP_LIST_FS and op.value:
-        yield from (m[1] for m in op.value if m[0] == "send" or m[0] == "commit")
+        yield from (m[1] for m in op.value if m[0] in _TYPED_MOPS)
     elif op.f in KEY_LIST_FS and op.value:
         yield from op.value
     for r in op.rebalance_log:
@@ -495,6 +532,12 @@ def _mop_to_wire(m: tuple, type_: str, typing: KeyTyping) -> list:
         return ["send", k, [offset, v]]
     if m[0] == "commit":
         return ["commit", m[1], m[2]]
+    if m[0] == "share-read":
+        if m[2] is None:
+            return ["share-read", m[1]]
+        return ["share-read", m[1], [[o, v, c] for o, v, c in m[2]]]
+    if m[0] == "ack":
+        return ["ack", m[1], m[2], m[3]]
     reads = m[1]
     if reads is None:
         return ["poll"]

@@ -10,7 +10,7 @@ import pytest
 
 from kmon.history import KeyPlacement, Op, OpMeta, Rebalance, avro
 from kmon.history.avro import DecodeError, EncodeError, decode_op, encode_op
-from kmon.history.model import Start, commit, poll, send
+from kmon.history.model import ACCEPT, REJECT, Start, ack, commit, poll, send, share_read
 
 PROBE_TXN = Op(
     index=41,
@@ -135,8 +135,8 @@ def test_garbage_is_a_decode_error(data):
 
 def test_header_convention():
     assert avro.SCHEMA_HEADER == "kmon-schema"
-    assert avro.schema_header_value() == b"op-event/2"
-    assert avro.kafka_headers() == [("kmon-schema", b"op-event/2")]
+    assert avro.schema_header_value() == b"op-event/3"
+    assert avro.kafka_headers() == [("kmon-schema", b"op-event/3")]
     assert avro.version_from_headers([("trace", b"x"), ("kmon-schema", b"op-event/1")]) == 1
     assert avro.version_from_headers({"kmon-schema": "op-event/2"}) == 2
     assert avro.decode_event(encode_op(PROBE_TXN), avro.kafka_headers()) == PROBE_TXN
@@ -159,8 +159,8 @@ def test_bad_headers_are_decode_errors(headers, message):
 
 
 def test_unknown_versions_are_decode_errors():
-    with pytest.raises(DecodeError, match="unknown op event schema version 3"):
-        decode_op(encode_op(PROBE_TXN), version=3)
+    with pytest.raises(DecodeError, match="unknown op event schema version 4"):
+        decode_op(encode_op(PROBE_TXN), version=4)
 
 
 def test_every_packaged_schema_version_parses_and_names_its_version():
@@ -177,7 +177,15 @@ def test_a_commit_mop_without_key_or_offset_is_a_decode_error():
         record = avro.op_to_record(Op(0, 0, 0, "ok", "commit", [commit(1, 2)]))
         record["mops"][0][missing] = None
         with pytest.raises(DecodeError, match="commit mop without key or offset"):
-            decode_op(write(json.loads(avro.schema_json(2)), record))
+            decode_op(write(json.loads(avro.schema_json()), record))
+
+
+def test_an_ack_mop_without_key_offset_or_outcome_is_a_decode_error():
+    for missing in ("key", "offset", "outcome"):
+        record = avro.op_to_record(Op(0, 0, 0, "ok", "ack", [ack(1, 2, ACCEPT)]))
+        record["mops"][0][missing] = None
+        with pytest.raises(DecodeError, match="ack mop without key, offset or outcome"):
+            decode_op(write(json.loads(avro.schema_json()), record))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,7 +213,56 @@ def encode_v1(op: Op) -> bytes:
     """``op`` as an old probe wrote it (v1 has no group, starts or commits)."""
     record = {**avro.op_to_record(op), "schema_version": 1}
     del record["group"], record["starts"]
+    for m in record["mops"]:
+        del m["share"], m["outcome"]
     return write(schema(1), record)
+
+
+def encode_v2(op: Op) -> bytes:
+    """``op`` as a probe before v3 wrote it (no share ops)."""
+    record = {**avro.op_to_record(op), "schema_version": 2}
+    for m in record["mops"]:
+        del m["share"], m["outcome"]
+    return write(schema(2), record)
+
+
+def test_v3_only_appends_to_v2():
+    v2, v3 = schema(2), schema(3)
+    assert [f["name"] for f in v3["fields"]] == [f["name"] for f in v2["fields"]]
+    mop2, mop3 = (_mop_fields(s) for s in (v2, v3))
+    assert mop3[: len(mop2)] == mop2 and mop3[len(mop2):] == ["share", "outcome"]
+    assert symbols(v3, "OpF") == [*symbols(v2, "OpF"), "share_poll", "ack"]
+    assert symbols(v3, "MopF") == [*symbols(v2, "MopF"), "share_read", "ack"]
+
+
+def _mop_fields(s: dict) -> list[str]:
+    (mops,) = [f for f in s["fields"] if f["name"] == "mops"]
+    return [f["name"] for f in mops["type"]["items"]["fields"]]
+
+
+def symbols(s: dict, name: str) -> list[str]:
+    found: list[list[str]] = []
+
+    def walk(x: object) -> None:
+        if isinstance(x, dict):
+            if x.get("type") == "enum" and x.get("name") == name:
+                found.append(x["symbols"])
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(s)
+    return found[0]
+
+
+def test_v2_events_still_decode_and_share_ops_round_trip_in_v3():
+    assert decode_op(encode_v2(PROBE_TXN), version=2) == PROBE_TXN
+    share = Op(3, 9, 1, "ok", "share-poll", [share_read(5, [(7, "v", 2)]), share_read(6)],
+               meta=OpMeta(probe="p", group="sg"))
+    acks = Op(4, 10, 1, "info", "ack", [ack(5, 7, REJECT)], meta=OpMeta(probe="p", group="sg"))
+    assert decode_op(encode_op(share)) == share and decode_op(encode_op(acks)) == acks
 
 
 def test_v2_only_appends_to_v1():
@@ -243,12 +300,12 @@ def test_v1_events_still_decode_with_no_group_and_no_starts():
 
 
 def test_v2_events_read_by_a_v1_reader_drop_the_new_fields():
-    back = read(encode_op(PROBE_TXN), schema(2), schema(1))
+    back = read(encode_v2(PROBE_TXN), schema(2), schema(1))
     assert "group" not in back and "starts" not in back
     assert avro.record_to_op({**back, "group": None, "starts": []}) == PROBE_TXN
 
 
 def test_a_commit_op_resolves_to_unknown_for_a_v1_reader():
-    data = encode_op(Op(0, 0, 0, "ok", "commit", [], meta=OpMeta(probe="p", group="g")))
+    data = encode_v2(Op(0, 0, 0, "ok", "commit", [], meta=OpMeta(probe="p", group="g")))
     back = read(data, schema(2), schema(1))
     assert (back["f"], back["mops"]) == ("unknown", [])

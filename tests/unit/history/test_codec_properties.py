@@ -24,7 +24,7 @@ from kmon.history import (
     loads,
 )
 from kmon.history.avro import DecodeError, decode_op, encode_op, load_schema, op_to_record
-from kmon.history.model import OP_FS, OP_TYPES, START_SOURCES
+from kmon.history.model import ACK_OUTCOMES, OP_FS, OP_TYPES, START_SOURCES
 from kmon.history.wire import FIELD_ALIASES, op_to_wire
 
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -38,7 +38,11 @@ SENDS = st.tuples(st.just("send"), KEYS, VALUES, OFFSETS)
 RECORDS = st.lists(st.tuples(I64, VALUES), max_size=3)
 POLLS = st.tuples(st.just("poll"), st.none() | st.dictionaries(KEYS, RECORDS, max_size=3))
 COMMITS = st.tuples(st.just("commit"), KEYS, I64)
-MOPS = {"send": SENDS, "poll": POLLS, "txn": SENDS | POLLS | COMMITS, "commit": COMMITS}
+SHARE_READS = st.tuples(st.just("share-read"), KEYS,
+                        st.none() | st.lists(st.tuples(I64, VALUES, I64), max_size=3))
+ACKS = st.tuples(st.just("ack"), KEYS, I64, st.sampled_from(ACK_OUTCOMES))
+MOPS = {"send": SENDS, "poll": POLLS, "txn": SENDS | POLLS | COMMITS, "commit": COMMITS,
+        "share-poll": SHARE_READS, "ack": ACKS}
 
 PLACEMENTS = st.builds(
     KeyPlacement, st.text(max_size=5), st.integers(0, 2**31 - 1), st.none() | I32, st.none() | I32
@@ -153,6 +157,10 @@ def edn_mop(m: tuple) -> list:
         return [Keyword("send"), m[1], [m[3], m[2]]]
     if m[0] == "commit":
         return [Keyword("commit"), m[1], m[2]]
+    if m[0] == "share-read":  # (Jepsen has none: kmon's shapes, heads and outcomes as keywords)
+        return [Keyword("share-read"), m[1]] + ([] if m[2] is None else [[list(r) for r in m[2]]])
+    if m[0] == "ack":
+        return [Keyword("ack"), m[1], m[2], Keyword(m[3])]
     if m[1] is None:
         return [Keyword("poll")]
     return [Keyword("poll"), {k: [list(r) for r in rs] for k, rs in m[1].items()}]
@@ -290,8 +298,17 @@ def _commit_without_key(record: dict[str, Any]) -> None:
     commits[0]["key" if record["index"] % 2 else "offset"] = None
 
 
+_F_SYMBOLS = [f.replace("-", "_") for f in OP_FS]  # Avro's enum symbols are identifiers
+
+
 def _other_f(record: dict[str, Any]) -> None:
-    record["f"] = OP_FS[(OP_FS.index(record["f"]) + 1 + record["index"] % 5) % len(OP_FS)]
+    i = _F_SYMBOLS.index(record["f"])
+    record["f"] = _F_SYMBOLS[(i + 1 + record["index"] % 5) % len(_F_SYMBOLS)]
+
+
+def _ack_incomplete(record: dict[str, Any]) -> None:
+    acks = [m for m in record["mops"] if m["f"] == "ack"]
+    acks[0][("key", "offset", "outcome")[record["index"] % 3]] = None
 
 
 def _always(record: dict[str, Any]) -> bool:
@@ -308,6 +325,8 @@ RECORD_MUTATIONS = [
     ("poll-as-send", lambda r: any(m["f"] == "poll" for m in r["mops"]), _poll_as_send, True),
     ("commit-without-key-or-offset", lambda r: any(m["f"] == "commit" for m in r["mops"]),
      _commit_without_key, True),
+    ("ack-without-key-offset-or-outcome", lambda r: any(m["f"] == "ack" for m in r["mops"]),
+     _ack_incomplete, True),
     ("schema-version", _always, lambda r: r.update(schema_version=1), True),
     ("trailing-byte", _always, lambda r: None, True),
     ("f-unknown", _always, lambda r: r.update(f="unknown"), False),

@@ -44,8 +44,9 @@ def test_unknown_f_is_not_an_error():
         ({"value": {"a": 1}}, 'field "value": expected a list of micro-ops, got {"a":1}'),
         (
             {"value": [["poll", {}], ["r", 1, None]]},
-            'field "value[1]": expected ["send", key, value], ["poll", ...] or '
-            '["commit", key, offset], got ["r",1,null]',
+            'field "value[1]": expected ["send", key, value], ["poll", ...], '
+            '["commit", key, offset], ["share-read", key, records] or '
+            '["ack", key, offset, outcome], got ["r",1,null]',
         ),
         (
             {"value": [["send", 1.5, 2]]},

@@ -115,7 +115,7 @@ def test_emitter_keys_by_process_and_counts_drops(metrics: ProbeMetrics,
            rec.invoke(6, "crash", None), rec.complete(6, "info", None)]
     assert [k for k, _, _ in fake.sent] == [b"5", b"5", b"6"]
     assert decode_op(fake.sent[1][1]) == ops[1]
-    assert fake.sent[0][2] == [("kmon-schema", b"op-event/2")]
+    assert fake.sent[0][2] == [("kmon-schema", b"op-event/3")]
     assert (em.emitted, em.dropped) == (3, 1)  # the 4th found the buffer full
     from confluent_kafka import KafkaError
     fake.callbacks[0](KafkaError(KafkaError._MSG_TIMED_OUT), None)
