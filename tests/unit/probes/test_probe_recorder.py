@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -122,6 +123,58 @@ def test_emitter_keys_by_process_and_counts_drops(metrics: ProbeMetrics,
     assert em.dropped == 2
     assert sample(metrics, "kmon_probe_events_emitted_total") == 3
     assert sample(metrics, "kmon_probe_events_dropped_total") == 2
+    em.close(1.0)
+
+
+class CountingProducer(FakeProducer):
+    """A fake producer that knows how many of its events await a delivery report."""
+
+    def __len__(self) -> int:
+        return len(self.callbacks)
+
+    def report(self, err: Any) -> None:
+        self.callbacks.pop(0)(err, None)
+
+
+def test_a_timed_out_delivery_renews_the_producer_and_the_old_one_drains(
+        metrics: ProbeMetrics, monkeypatch: pytest.MonkeyPatch) -> None:
+    from confluent_kafka import KafkaError
+
+    made: list[CountingProducer] = []
+    monkeypatch.setattr("kmon.probes.recorder.Producer",
+                        lambda conf: made.append(CountingProducer(room=10)) or made[-1])
+    em = Emitter({}, "events", metrics)
+    for i in range(3):
+        em.emit(Op(i, 5, 0, "invoke", "poll", [("poll", None)]))
+    old = made[0]
+    old.report(KafkaError(KafkaError._MSG_TIMED_OUT))  # stuck: everything it holds times out
+    deadline = time.monotonic() + 10
+    while em.renewals == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert em.renewals == 1 and em.producer is made[1] and em.dropped == 1
+    em.emit(Op(3, 5, 0, "invoke", "poll", [("poll", None)]))
+    assert len(made[1].sent) == 1 and len(old) == 2  # the old one still holds two
+    old.report(None)
+    old.report(KafkaError(KafkaError._MSG_TIMED_OUT))
+    assert (em.delivered, em.dropped) == (1, 2)
+    deadline = time.monotonic() + 10
+    while em._retired and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert em._retired == [] and em.renewals == 1  # at most one renewal a minute
+    em.close(1.0)
+
+
+def test_a_failure_other_than_a_timeout_renews_nothing(
+        metrics: ProbeMetrics, monkeypatch: pytest.MonkeyPatch) -> None:
+    from confluent_kafka import KafkaError
+
+    fake = CountingProducer(room=10)
+    monkeypatch.setattr("kmon.probes.recorder.Producer", lambda conf: fake)
+    em = Emitter({}, "events", metrics)
+    em.emit(Op(0, 5, 0, "invoke", "poll", [("poll", None)]))
+    fake.report(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    time.sleep(0.5)  # (the poller had its chance to renew)
+    assert em.renewals == 0 and em.producer is fake and em.dropped == 1
     em.close(1.0)
 
 
