@@ -271,23 +271,6 @@ def test_v2_only_appends_to_v1():
         f["name"] for f in v1["fields"]
     ]
     assert [f["name"] for f in v2["fields"]][len(v1["fields"]) :] == ["group", "starts"]
-
-    def symbols(s: dict, name: str) -> list[str]:
-        found: list[list[str]] = []
-
-        def walk(x: object) -> None:
-            if isinstance(x, dict):
-                if x.get("type") == "enum" and x.get("name") == name:
-                    found.append(x["symbols"])
-                for v in x.values():
-                    walk(v)
-            elif isinstance(x, list):
-                for v in x:
-                    walk(v)
-
-        walk(s)
-        return found[0]
-
     for enum in ("OpF", "MopF"):
         assert symbols(v2, enum) == [*symbols(v1, enum), "commit"], enum
 
