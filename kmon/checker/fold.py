@@ -69,7 +69,7 @@ def apply(st: KeyState, fr: Fragment, cfg: FoldConfig, sink: Sink) -> None:
         return
     if group is not None and fr.commits is not None:  # (an invoke too: in flight from now)
         offsets.committed(st.groups, group, fr.commits, fr.process, fr.op, ty, fr.invoke_time,
-                          fr.time, fr.f == "txn")
+                          fr.time)
     if ty == "invoke":
         # Nothing to learn yet: a read that beats this op's completion waits for it
         # (KeyState.pending_reads), which the completion then settles.

@@ -14,12 +14,7 @@ certainly replaced it (Jepsen's real-time order; commits of one group race freel
 mode consumers share a group without generations, so nothing more is assumed). A commit whose
 outcome is unknown (``info``, or invoked and never completed: its process was killed) may take
 effect until ``INDOUBT_NS`` after its invocation (a coordinator applies a commit when the request
-arrives; librdkafka's request timeouts are well under that). A transaction's offsets reach the
-group when the coordinator writes its markers, after the commit returned: a lookup that does
-not ask for stable offsets (librdkafka asks only for read_committed consumers) may return the
-older offset until then, so an ok transaction's commits may take effect until
-``TXN_MARKERS_NS`` after it completed (the detection matrix's read_uncommitted row saw such a
-lookup 0.2 s after the commit). The group's state before the
+arrives; librdkafka's request timeouts are well under that). The group's state before the
 history began is unknown: any offset may be read until an acknowledged commit certainly
 replaced it. A failed commit changed nothing (the coordinator rejected it).
 
@@ -65,9 +60,6 @@ SETTLE_NS: Final = 30 * 1_000_000_000
 # How long a write stays after an acknowledged one replaced it: a start (an assign's lookup)
 # may have begun that long before it ended (the probe bounds its ops by ``op_timeout``).
 KEPT_NS: Final = 60 * 1_000_000_000
-# How long after a transaction returned its offsets may still be unseen by a lookup that does
-# not ask for stable offsets (its markers written by the coordinator, retried under faults).
-TXN_MARKERS_NS: Final = 30 * 1_000_000_000
 # At most this many writes per group and key whatever the times say (consumers commit after
 # every poll: a few a second per key).
 MAX_WRITES: Final = 1024
@@ -156,11 +148,8 @@ def group_of(rows: tuple) -> GroupOffsets:
 
 
 def committed(groups: dict[str, GroupOffsets], group: str, offsets: list[int], process: Any,
-              op: int, ty: str, start: int, end: int, transactional: bool = False) -> None:
-    """A commit's ``offsets`` of one key: invoked (``ty`` "invoke") or completed;
-    ``transactional``: sent with a transaction (``TXN_MARKERS_NS``)."""
-    if transactional and ty == "ok":
-        end += TXN_MARKERS_NS
+              op: int, ty: str, start: int, end: int) -> None:
+    """A commit's ``offsets`` of one key: invoked (``ty`` "invoke") or completed."""
     g = _group(groups, group)
     for off in offsets:
         w = _in_flight(g, process, off)
