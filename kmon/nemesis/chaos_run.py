@@ -132,6 +132,17 @@ class MonitorProcess:
         return dict(out)
 
 
+def on_standalone(monitor: MonitorProcess, spark: SparkStandalone, archive: Path) -> None:
+    """Point ``monitor`` at the standalone cluster, shipping kmon as a cluster's workers get
+    it: ``kmon pack``'s ``archive`` (docs/monitor.md); the driver on loopback like them."""
+    from kmon.pack import ALIAS, EXECUTOR_PYTHON
+
+    monitor.settings.update({"spark.master": spark.master_url,
+                             "spark.pyspark.python": EXECUTOR_PYTHON,
+                             "spark.archives": f"{archive}#{ALIAS}"})
+    monitor.environ = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
 class BlindWatch(threading.Thread):
     """Samples the monitor's last finished micro-batch every ``every`` s; ``worst`` is the
     longest it went without one, as ``KmonMonitorStalled`` measures it (down time included:
@@ -258,15 +269,10 @@ class Chaos:
         return [self.cluster.data_dir(n) for n in BROKER_IDS]
 
     def _on_standalone(self, spark: SparkStandalone) -> None:
-        """Start the standalone cluster and point the monitor at it, shipping kmon as a
-        cluster's workers get it: ``kmon pack``'s archive (docs/monitor.md)."""
-        from kmon.pack import ALIAS, EXECUTOR_PYTHON, pack
+        from kmon.pack import pack
 
         spark.up()
-        self.monitor.settings.update({
-            "spark.master": spark.master_url, "spark.pyspark.python": EXECUTOR_PYTHON,
-            "spark.archives": f"{pack(log=lambda _: None)}#{ALIAS}"})
-        self.monitor.environ = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+        on_standalone(self.monitor, spark, pack(log=lambda _: None))
 
     def _create_events_topic(self) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic

@@ -17,7 +17,6 @@ event log shows the fold's tasks (16, on both executors). Nothing is timed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import uuid
@@ -31,10 +30,9 @@ import pytest
 from kmon.checker.report import merge_key
 from kmon.local.spark_standalone import SparkStandalone
 from kmon.nemesis import presets
-from kmon.nemesis.chaos_run import MonitorProcess, settle_monitor
+from kmon.nemesis.chaos_run import MonitorProcess, on_standalone, settle_monitor
 from kmon.nemesis.matrix import OFFLINE_ONLY, read_evidence
 from kmon.nemesis.probe_child import ProbeChild
-from kmon.pack import ALIAS, EXECUTOR_PYTHON
 from kmon.streaming.config import CLUSTER_STATE_PARTITIONS
 from tests.helpers import suite_stack, wait_until
 
@@ -176,13 +174,10 @@ def test_the_monitor_on_a_cluster_without_kmon_survives_an_executor_and_a_driver
     eventlog.mkdir()
     monitor = MonitorProcess(
         local_cluster, tmp_path, f"sa-{tag}", local_cluster.ports.metrics(MONITOR_SLOT),
-        settings={"spark.master": standalone.master_url,
-                  "spark.archives": f"{kmon_archive}#{ALIAS}",
-                  "spark.pyspark.python": EXECUTOR_PYTHON,
-                  "spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
-                  "spark.eventLog.dir": eventlog.as_uri()},
-        # The driver is kmon's own process (its virtualenv); loopback like the cluster.
-        environ={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+        settings={"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
+                  "spark.eventLog.dir": eventlog.as_uri()})
+    # The driver is kmon's own process (its virtualenv); the workers get the archive.
+    on_standalone(monitor, standalone, kmon_archive)
     bootstrap = local_cluster.bootstrap
     _create_events_topic(bootstrap, monitor.events_topic)
     prefix = f"kmon-sa-{tag}"
