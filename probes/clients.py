@@ -152,6 +152,20 @@ def consumer_config(
     return conf
 
 
+def share_consumer_config(
+    cfg: ProbeConfig, client_id: str, group_id: str,
+    error_cb: Callable[[Any], None] | None = None,
+) -> dict[str, Any]:
+    """A share consumer's settings: the cluster's (``kafka.*``; the ``consumer.*`` ones are
+    for consumer groups), explicit acknowledgement so that every ack is an op."""
+    conf: dict[str, Any] = dict(cfg.clients["kafka"])
+    conf["client.id"] = client_id
+    conf["group.id"] = group_id
+    conf["share.acknowledgement.mode"] = "explicit"
+    conf.update(_logging(error_cb))
+    return conf
+
+
 def admin_config(cfg: ProbeConfig, client_id: str) -> dict[str, Any]:
     conf = {**admin_defaults(cfg), **cfg.client_settings("admin")}
     conf["client.id"] = client_id

@@ -181,6 +181,27 @@ SETTINGS: tuple[Setting, ...] = (
             _one_of("probe", "client")),
     Setting("final_read_timeout", _float, 15.0, "seconds the final catch-up read at shutdown "
             "may take; 0 skips it", _at_least(0)),
+    # share groups (KIP-932): docs/share-groups.md
+    Setting("share.processes", _int, 0, "share consumers (each a process of its own) in the "
+            "probe's share group '<topic_prefix>-share'; 0: no share mode", _between(0, 64)),
+    Setting("share.release_share", _float, 0.1, "share of delivered records a share consumer "
+            "acknowledges RELEASE (delivered again)", _between(0, 1)),
+    Setting("share.reject_share", _float, 0.05, "share of delivered records acknowledged "
+            "REJECT (archived); the rest are ACCEPTed", _between(0, 1)),
+    Setting("share.stall_share", _float, 0.0, "share of share polls whose records are held "
+            "past the acquisition lock before they are acknowledged", _between(0, 1)),
+    Setting("share.idle_share", _float, 0.0, "share of share polls after which the consumer "
+            "stops polling for longer than the lock, holding nothing", _between(0, 1)),
+    Setting("share.lock", _float, 30.0, "seconds of the share group's acquisition lock "
+            "(share.record.lock.duration.ms; the monitor's share.lock must match)",
+            _between(1, 3600)),
+    Setting("share.delivery_limit", _int, 5, "the share group's share.delivery.count.limit "
+            "(the monitor's share.delivery.limit must match)", _between(2, 10)),
+    Setting("share.configure_group", _bool, True, "set the share group's configs at start "
+            "(share.auto.offset.reset=earliest, the lock and the delivery limit above); false: "
+            "check that the group already has them"),
+    Setting("share.poll_timeout", _float, 1.0, "seconds one share poll waits for records",
+            _between(0.01, 60)),
     # keys
     Setting("partitions", _int, 4, "partitions (keys) per probe topic", _between(1, 1024)),
     Setting("live_keys", _int, 8, "keys written at a time; new topics are created as keys "
@@ -408,6 +429,9 @@ def _cross_checks(cfg: ProbeConfig) -> None:
     if cfg.topic_prefix == cfg.events_topic or cfg.events_topic.startswith(cfg.topic_prefix + "."):
         raise ConfigError("events.topic", f"{cfg.events_topic!r} collides with the probe "
                           f"topics '{cfg.topic_prefix}.<n>'")
+    if cfg.share_release_share + cfg.share_reject_share > 1:
+        raise ConfigError("share.reject_share", "share.release_share and share.reject_share "
+                          "add up to more than 1")
     if not cfg.events_enabled and cfg.history is None:
         raise ConfigError("events.enabled", "with events disabled, set history: the ops "
                           "would go nowhere")

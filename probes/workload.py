@@ -35,6 +35,7 @@ from kmon.probes.metrics import ProbeMetrics
 from kmon.probes.outcome import error_name
 from kmon.probes.process import ASSIGN, SUBSCRIBE, Process
 from kmon.probes.recorder import Emitter, Recorder
+from kmon.probes.share import ShareProcess, configure_group, run_share
 
 log = logging.getLogger("kmon.probes")
 
@@ -79,6 +80,7 @@ class Workload:
         self.recorder = Recorder(cfg.probe_id, self.metrics, None, history)
         self.processes: list[Process] = []
         self.threads: list[threading.Thread] = []
+        self.share_threads: list[threading.Thread] = []  # share consumers (share.processes)
         self._pid_lock = threading.Lock()
         self._next_pid = 0
         self._catchup_lock = threading.Lock()
@@ -134,6 +136,8 @@ class Workload:
         self.started_at = time.monotonic()
         if cfg.catchup_interval > 0:
             self._next_catchup = self.started_at + cfg.catchup_interval
+        if cfg.share_processes:
+            configure_group(self.admin, cfg)
         self.metrics.up.set(1)
         self._publish_keys()
         self._maintenance = threading.Thread(target=self._maintain, name="kmon-probe-upkeep",
@@ -145,6 +149,12 @@ class Workload:
             t = threading.Thread(target=self._loop, args=(proc,), name=f"kmon-probe-{slot}",
                                  daemon=True)
             self.threads.append(t)
+            t.start()
+        for n in range(cfg.share_processes):
+            sp = ShareProcess(cfg.processes + 1 + n, self, random.Random(self.rng.random()))
+            t = threading.Thread(target=run_share, args=(sp, self), daemon=True,
+                                 name=f"kmon-probe-share-{n}")
+            self.share_threads.append(t)
             t.start()
         log.info("probe %s running: %d processes, %.1f ops/s target, topics %s.<n>",
                  cfg.probe_id, cfg.processes, cfg.rate, cfg.topic_prefix)
@@ -277,7 +287,10 @@ class Workload:
         deadline = time.monotonic() + budget
         for t in self.threads:
             t.join(max(0.1, deadline - time.monotonic()))
+        for t in self.share_threads:  # each acknowledges what it holds and closes its client
+            t.join(max(0.1, deadline - time.monotonic()))
         hung = [p for p, t in zip(self.processes, self.threads, strict=True) if t.is_alive()]
+        hung += [t for t in self.share_threads if t.is_alive()]
         if hung:
             log.warning("%d processes still in an op after %.0fs: reported info", len(hung),
                         budget)

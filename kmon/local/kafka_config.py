@@ -32,6 +32,10 @@ DEFAULTS: dict[str, str] = {
     "offsets.topic.num.partitions": "3",
     "transaction.state.log.num.partitions": "3",
     "share.coordinator.state.topic.num.partitions": "3",
+    # Share groups' acquisition locks may be as short as 1 s (Kafka's floor is 15 s), so that
+    # probes stalling past the lock and matrix rows take seconds, not minutes. Each group's
+    # lock is still 30 s unless its config says otherwise.
+    "group.share.min.record.lock.duration.ms": "1000",
     # A killed or paused broker is fenced (and loses its leaderships) after 6 s instead of 9 s,
     # and a restarted one may re-register that much sooner: shorter fault cycles in tests.
     # Heartbeats every second (not 2 s), so fencing still takes six missed ones in a row, not
