@@ -133,27 +133,37 @@ def refresh_metadata(admin: AdminClient, topic: str) -> None:
         admin.list_topics(topic, timeout=5)
 
 
-def high_watermark(admin: AdminClient, topic: str, partition: int) -> int:
-    """The partition's high watermark, asked again while the answer is not an offset yet
-    (a leader just elected answers -1001 for a moment) or leadership is moving (kmon nemesis
-    chaos saw UNKNOWN_LEADER_EPOCH right after a rolling restart).
-    """
-    tp = TopicPartition(topic, partition)
-    deadline = time.monotonic() + TIMEOUT
+def list_offsets(admin: AdminClient, tps: list[tuple[str, int]], spec: OffsetSpec,
+                 within: float = TIMEOUT) -> dict[tuple[str, int], int]:
+    """Each ``(topic, partition)``'s offset at ``spec``, asked again for up to ``within``
+    seconds while leadership moves (with fresh metadata: a cached leader epoch stays fenced
+    until then; kmon nemesis chaos saw UNKNOWN_LEADER_EPOCH right after a rolling restart and
+    FENCED_LEADER_EPOCH for 15 s after a leader's crash) or while a leader just elected
+    answers no offset yet (-1001)."""
+    deadline = time.monotonic() + within
     while True:
+        futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in tps},
+                                     request_timeout=TIMEOUT)
+        got: dict[tuple[str, int], int] | None
         try:
-            futures = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=TIMEOUT)
-            offset = int(next(iter(futures.values())).result(TIMEOUT + 5).offset)
+            got = {(tp.topic, tp.partition): int(f.result(TIMEOUT + 5).offset)
+                   for tp, f in futures.items()}
         except KafkaException as exc:
             if not moving(exc) or time.monotonic() >= deadline:
-                raise FaultError(f"ListOffsets {topic}/{partition}: {exc}") from None
-            refresh_metadata(admin, topic)
-            offset = -1
-        if offset >= 0:
-            return offset
+                raise FaultError(f"ListOffsets: {exc}") from None
+            for topic in {t for t, _ in tps}:
+                refresh_metadata(admin, topic)
+            got = None
+        if got is not None and all(o >= 0 for o in got.values()):
+            return got
         if time.monotonic() >= deadline:
-            raise FaultError(f"ListOffsets {topic}/{partition}: no offset, got {offset}")
-        time.sleep(0.2)
+            raise FaultError(f"ListOffsets: no offset yet: {got}")
+        time.sleep(0.2 if got is not None else 0.5)
+
+
+def high_watermark(admin: AdminClient, topic: str, partition: int) -> int:
+    """The partition's high watermark (``list_offsets``)."""
+    return list_offsets(admin, [(topic, partition)], OffsetSpec.latest())[(topic, partition)]
 
 
 class Journal:

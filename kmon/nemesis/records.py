@@ -17,7 +17,6 @@ Deleted records stay deleted: ``stop`` only ends the repetitions (``interval``).
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -25,7 +24,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from kmon.env import SettingError
 from kmon.nemesis.base import Fault, FaultError, check_duration, check_positive_int
-from kmon.nemesis.kafka import moving, refresh_metadata
+from kmon.nemesis.kafka import list_offsets
 from kmon.nemesis.targets import check_partition, check_topic
 
 if TYPE_CHECKING:
@@ -216,21 +215,9 @@ def _key(tp: TopicPartition) -> tuple[str, int]:
 def _offsets(
     admin: AdminClient, tps: list[TopicPartition], spec: OffsetSpec
 ) -> dict[tuple[str, int], int]:
-    """Each partition's offset at ``spec``, asked again while leadership moves, with fresh
-    metadata (a cached leader epoch is fenced until then), for at most 3 x ``_TIMEOUT``."""
-    deadline = time.monotonic() + 3 * _TIMEOUT
-    while True:
-        futures = admin.list_offsets(
-            {TopicPartition(tp.topic, tp.partition): spec for tp in tps}, request_timeout=_TIMEOUT
-        )
-        try:
-            return {_key(tp): f.result(_TIMEOUT + 5).offset for tp, f in futures.items()}
-        except KafkaException as exc:
-            if not moving(exc) or time.monotonic() >= deadline:
-                raise FaultError(f"ListOffsets: {exc}") from None
-        for topic in {tp.topic for tp in tps}:
-            refresh_metadata(admin, topic)
-        time.sleep(0.5)
+    """Each partition's offset at ``spec``, asked again while leadership moves for at most
+    3 x ``_TIMEOUT`` (a rolling restart's OFFSET_NOT_AVAILABLE, seed 11)."""
+    return list_offsets(admin, [_key(tp) for tp in tps], spec, within=3 * _TIMEOUT)
 
 
 def _max_committed(cluster: LocalCluster, admin: AdminClient, tps: list[TopicPartition],

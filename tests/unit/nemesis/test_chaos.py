@@ -129,3 +129,48 @@ def test_executor_kills_only_with_the_monitor_on_the_standalone_cluster() -> Non
     assert set(CLUSTER_KINDS) <= kinds and set(SAFE_KINDS) <= kinds
     with pytest.raises(SettingError, match="standalone"):
         plan(ChaosSettings(kinds=("kill-executor",)))
+
+
+class _OffsetsAdmin:
+    """ListOffsets answers in turn: an exception, or an offset for every partition asked."""
+
+    def __init__(self, *answers: object) -> None:
+        self.answers = list(answers)
+        self.metadata_asked = 0
+
+    def list_offsets(self, request: dict, request_timeout: float) -> dict:
+        from concurrent.futures import Future
+        from types import SimpleNamespace
+
+        answer = self.answers.pop(0)
+        out = {}
+        for tp in request:
+            f: Future = Future()
+            if isinstance(answer, BaseException):
+                f.set_exception(answer)
+            else:
+                f.set_result(SimpleNamespace(offset=answer))
+            out[tp] = f
+        return out
+
+    def list_topics(self, topic: str, timeout: float) -> None:
+        self.metadata_asked += 1
+
+
+def test_offsets_are_asked_again_while_leadership_moves_with_fresh_metadata() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import OffsetSpec
+
+    from kmon.nemesis.base import FaultError
+    from kmon.nemesis.kafka import high_watermark, list_offsets
+
+    fenced = KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH))
+    admin = _OffsetsAdmin(fenced, -1001, 42)
+    assert high_watermark(admin, "t", 0) == 42  # type: ignore[arg-type]
+    assert admin.metadata_asked == 1  # the fenced answer brought fresh metadata
+    denied = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    with pytest.raises(FaultError, match="TOPIC_AUTHORIZATION_FAILED"):
+        list_offsets(_OffsetsAdmin(denied, 1), [("t", 0)], OffsetSpec.latest())  # type: ignore[arg-type]
+    never = _OffsetsAdmin(*[-1001] * 10)
+    with pytest.raises(FaultError, match="no offset yet"):
+        list_offsets(never, [("t", 0)], OffsetSpec.latest(), within=0.3)  # type: ignore[arg-type]
