@@ -25,7 +25,8 @@ Alerts:
 - one ``KmonAnomaly-<anomaly>`` per anomaly type that the monitor decides online and that makes
   a history invalid at the configured consumer isolation level (``kmon.checker.policy``).
   Allowed anomalies are on the dashboards but do not page; offline-only ones (G0, G1c: decided
-  by ``kmon check``) have no alert at all, since no metric can ever carry them.
+  by ``kmon check``) have no alert at all, since no metric can ever carry them. Anomaly alerts
+  are critical but those ``ANOMALY_SEVERITY`` makes warnings (two of the share groups' types).
 - health alerts on the monitor and the probes (``health_alerts``), each with its runbook anchor;
   the blind-monitor and blind-probe alerts among them read metrics exported from process start.
 """
