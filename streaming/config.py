@@ -379,6 +379,7 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
     if not CLUSTER.fullmatch(cluster):
         raise ConfigError(f"cluster: {cluster!r} is not a cluster name: 1 to 63 letters, digits,"
                           " '.', '_' or '-', starting with a letter or digit")
+    share_lock, share_limit, share_skew = share_settings(*(settings[k] for k in SHARE_KEYS))
     return MonitorConfig(
         bootstrap_servers=str(settings["kafka.bootstrap.servers"]).strip(),
         checkpoint=str(settings["checkpoint"]).strip(),
@@ -406,10 +407,9 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
                                         "facts": str(settings["topics.facts"]),
                                         "dead-letters": str(settings["topics.dead-letters"])}),
         drained_after_s=_positive("metrics.drained.after", settings["metrics.drained.after"]),
-        share_lock_s=_positive("share.lock", settings["share.lock"]),
-        share_delivery_limit=_int("share.delivery.limit", settings["share.delivery.limit"], 1,
-                                  MAX_SHARE_DELIVERY_LIMIT),
-        share_skew_s=parse_duration("share.skew", settings["share.skew"]),
+        share_lock_s=share_lock,
+        share_delivery_limit=share_limit,
+        share_skew_s=share_skew,
         state_partitions=_auto_int("state.partitions", settings["state.partitions"], 1, 10_000),
         source_options=passthrough["source."],
         producer_config=passthrough["producer."],
@@ -434,6 +434,18 @@ def state_partitions_for(cfg: MonitorConfig, master: str, cores: int) -> int:
     if master.startswith("local"):
         return max(1, cores)
     return max(CLUSTER_STATE_PARTITIONS, cores)
+
+
+SHARE_KEYS = ("share.lock", "share.delivery.limit", "share.skew")
+
+
+def share_settings(lock: Any, limit: Any, skew: Any,
+                   names: tuple[str, str, str] = SHARE_KEYS) -> tuple[float, int, float]:
+    """Share groups' settings validated: the lock (seconds, positive), the delivery limit
+    (1..MAX_SHARE_DELIVERY_LIMIT) and the skew (seconds, 0 or more); ConfigError naming the
+    bad one by ``names`` (`kmon check` passes its flags' names)."""
+    return (_positive(names[0], lock), _int(names[1], limit, 1, MAX_SHARE_DELIVERY_LIMIT),
+            parse_duration(names[2], skew))
 
 
 def _positive(key: str, value: Any) -> float:
