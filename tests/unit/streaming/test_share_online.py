@@ -6,16 +6,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from kmon.checker import CheckConfig, Checker
 from kmon.checker.anomaly import (
+    SHARE_ANOMALY_TYPES,
     SHARE_CONCURRENT_DELIVERY,
+    SHARE_DELIVERY_COUNT,
     SHARE_LOST,
+    Anomaly,
 )
+from kmon.checker.report import merge_anomalies
 from kmon.history.events import event_of
 from kmon.history.fragment import Fragment
-from kmon.history.model import RELEASE, Op
-from kmon.streaming.keyfold import ANOMALY, KeyFold, timer_to_keep
-from tests.checker.test_share import History, K
-from tests.unit.streaming.online import SECOND, settings
+from kmon.history.model import ACCEPT, REJECT, RELEASE, Op
+from kmon.streaming.keyfold import ANOMALY, FoldSettings, KeyFold, timer_to_keep
+from tests.checker.test_share import History, K, simulate
+from tests.unit.streaming.online import SECOND, run_online, settings
 
 LOCK_AND_SKEW = 31 * SECOND  # the default share.lock and share.skew
 
@@ -79,3 +86,128 @@ def test_a_share_verdict_on_a_compacted_key_comes_from_its_timer() -> None:
     assert [(r["atype"]) for _, r in found] == [SHARE_CONCURRENT_DELIVERY]
     (wm, _), = found
     assert int(20.1 * SECOND) + grace <= wm < int(20.1 * SECOND) + grace + SECOND
+
+
+# -- online and offline agree ----------------------------------------------------------------
+
+
+def _examples() -> dict[str, list[Op]]:
+    """Each share anomaly and its healthy twins (as in tests/checker/test_share.py)."""
+    out: dict[str, list[Op]] = {}
+
+    def new(name: str) -> History:
+        h = History()
+        out[name] = h.ops
+        return h
+
+    h = new("healthy")
+    h.write([0, 1, 2], 0)
+    h.poll(1, 1, 1.1, [(0, 1), (1, 1)])
+    h.poll(2, 1.2, 1.3, [(2, 1)])
+    h.ack(1, 2, 2.1, [(0, ACCEPT), (1, RELEASE)])
+    h.ack(2, 2.2, 2.3, [(2, REJECT)])
+    h.poll(2, 3, 3.1, [(1, 2)])
+    h.ack(2, 4, 4.1, [(1, ACCEPT)])
+    h.poll(1, 40, 40.1, [])
+    for name, late, blind in (("lost", 40, False), ("lost-early", None, False),
+                              ("lost-blind", 40, True)):
+        h = new(name)
+        h.write([4, 5, 6], 0)
+        h.poll(1, 1, 1.1, [(4, 1)])
+        if blind:
+            h.poll(3, 1.5, 1.6, None, ty="info")
+        h.poll(2, 2, 2.1, [(6, 1)])
+        if late is not None:
+            h.poll(1, late, late + 0.1, [])
+    h = new("lost-below")
+    h.write([4, 5, 6], 0)
+    h.poll(1, 1, 1.1, [(6, 1)])
+    h.poll(1, 40, 40.1, [])
+    for name, ty in (("double-accept", "ok"), ("double-accept-twin", "fail")):
+        h = new(name)
+        h.write([0], 0)
+        h.poll(1, 1, 1.1, [(0, 1)])
+        h.poll(2, 40, 40.1, [(0, 2)])
+        h.ack(2, 41, 41.1, [(0, ACCEPT)])
+        h.ack(1, 42, 42.1, [(0, ACCEPT)], ty=ty)
+    for outcome in (ACCEPT, REJECT):
+        h = new(f"redelivered-{outcome}")
+        h.write([0], 0)
+        h.poll(1, 1, 1.1, [(0, 1)])
+        h.ack(1, 2, 2.1, [(0, outcome)])
+        h.poll(2, 40, 40.1, [(0, 2)])
+    h = new("redelivered-twin")
+    h.write([0], 0)
+    h.poll(1, 1, 1.1, [(0, 1)])
+    h.ack(1, 2, 2.1, [(0, RELEASE)])
+    h.poll(2, 3, 3.1, [(0, 2)])
+    h.ack(2, 4, 4.1, [(0, ACCEPT)], ty="fail")
+    h.poll(3, 40, 40.1, [(0, 3)])
+    for name, second, release in (("concurrent", 10, False), ("concurrent-late", 31, False),
+                                  ("concurrent-released", 10, True)):
+        h = new(name)
+        h.write([0], 0)
+        h.poll(1, 1, 1.1, [(0, 1)])
+        if release:
+            h.ack(1, 5, 5.1, [(0, RELEASE)])
+        h.poll(2, second, second + 0.1, [(0, 2)])
+    for name, first, again in (("count-same", 2, 2), ("count-gap", 1, 3)):
+        h = new(name)
+        h.write([0], 0)
+        h.poll(1, 1, 1.1, [(0, first)])
+        h.ack(1, 2, 2.1, [(0, RELEASE)])
+        h.poll(2, 3, 3.1, [(0, again)])
+    h = new("count-beyond")
+    h.write([0], 0)
+    h.poll(1, 1, 1.1, [(0, 6)])
+    for bug in ("lose", "concurrent", "count", "redeliver", "double", None):
+        for seed in range(4):
+            out[f"simulated-{bug}-{seed}"] = simulate(seed, bug)[0]
+    return out
+
+
+EXAMPLES = _examples()
+GRACE = 5 * SECOND
+
+
+def _online(ops: list[Op], batch: int, s: FoldSettings) -> dict[str, list[dict]]:
+    """The monitor's per-key path (``KeyFold``, state through bytes between micro-batches), the
+    watermark ending at the history's last event plus the grace, as `kmon check` ends it."""
+    end = max(op.time for op in ops) + GRACE
+    evidence = run_online(ops, batch=batch, grace=GRACE, end=end, s=s)["evidence"]
+    return merge_anomalies(Anomaly(e["anomaly"], e["record"]) for e in evidence
+                           if e["anomaly"] != "unseen")
+
+
+def _counts(errors: dict[str, list[dict]]) -> dict[str, int]:
+    return {t: len(recs) for t, recs in errors.items()}
+
+
+@pytest.mark.parametrize("batch", [1, 3, 1000])
+def test_the_monitor_and_kmon_check_agree_on_share_histories(batch: int) -> None:
+    found: set[str] = set()
+    for name, ops in EXAMPLES.items():
+        offline = Checker(CheckConfig(cycles=False)).run(ops).errors
+        online = _online(ops, batch, settings(grace=GRACE))
+        assert _counts(online) == _counts(offline), name
+        assert online == offline, name
+        found.update(offline)
+    assert set(SHARE_ANOMALY_TYPES) <= found  # every share anomaly was compared
+    assert not Checker(CheckConfig(cycles=False)).run(EXAMPLES["healthy"]).errors
+
+
+@pytest.mark.parametrize(("name", "lock", "limit", "expected"), [
+    ("concurrent", 30, 5, {SHARE_CONCURRENT_DELIVERY}),
+    ("concurrent", 5, 5, set()),  # a 5 s lock had expired at 10 s
+    ("count-gap", 30, 5, set()),
+    ("count-gap", 30, 2, {SHARE_DELIVERY_COUNT}),  # 3 is past a limit of 2
+    ("lost", 30, 5, {SHARE_LOST}),
+])
+def test_they_agree_under_the_groups_settings(name: str, lock: int, limit: int,
+                                              expected: set[str]) -> None:
+    ops = EXAMPLES[name]
+    offline = Checker(CheckConfig(cycles=False, share_lock_ns=lock * SECOND,
+                                  share_delivery_limit=limit)).run(ops).errors
+    s = settings(grace=GRACE, share_lock_ns=lock * SECOND, share_delivery_limit=limit)
+    assert set(offline) == expected
+    assert _online(ops, 3, s) == offline
