@@ -25,7 +25,8 @@ Alerts:
 - one ``KmonAnomaly-<anomaly>`` per anomaly type that the monitor decides online and that makes
   a history invalid at the configured consumer isolation level (``kmon.checker.policy``).
   Allowed anomalies are on the dashboards but do not page; offline-only ones (G0, G1c: decided
-  by ``kmon check``) have no alert at all, since no metric can ever carry them.
+  by ``kmon check``) have no alert at all, since no metric can ever carry them. Anomaly alerts
+  are critical but those ``ANOMALY_SEVERITY`` makes warnings (two of the share groups' types).
 - health alerts on the monitor and the probes (``health_alerts``), each with its runbook anchor;
   the blind-monitor and blind-probe alerts among them read metrics exported from process start.
 """
@@ -55,6 +56,11 @@ from kmon.checker.anomaly import (
     OFFSET_COMMIT_SKIP,
     POLL_SKIP,
     PRECOMMITTED_READ,
+    SHARE_CONCURRENT_DELIVERY,
+    SHARE_DELIVERY_COUNT,
+    SHARE_DOUBLE_ACCEPT,
+    SHARE_LOST,
+    SHARE_REDELIVERED,
     TORN_TRANSACTION,
 )
 from kmon.checker.policy import ISOLATION_LEVELS, allowed_anomalies
@@ -147,6 +153,41 @@ ANOMALY_SUMMARIES: dict[str, str] = {
     OFFSET_COMMIT_LOST: "a consumer group lost an acknowledged offset commit",
     OFFSET_COMMIT_REREAD: "a consumer group's committed offset went back: consumers re-read",
     OFFSET_COMMIT_SKIP: "a consumer group's committed offset jumped ahead: consumers skip",
+    SHARE_LOST: "a share group was never delivered an acknowledged write, although it was "
+                "delivered records below and above it",
+    SHARE_DOUBLE_ACCEPT: "two consumers of a share group both accepted one record",
+    SHARE_REDELIVERED: "a share group delivered a record again after it was accepted or "
+                       "rejected",
+    SHARE_CONCURRENT_DELIVERY: "a share group delivered one record to two consumers within "
+                               "one acquisition lock",
+    SHARE_DELIVERY_COUNT: "a share group delivered a record with a delivery count outside "
+                          "[1, limit] or no higher than an earlier delivery's",
+}
+
+# Severity of each anomaly alert: critical (a page) unless listed here. Every anomaly alert
+# fires at once (``for: 0m``): the monitor already waited for late evidence (its grace period;
+# for share-lost also the group's lock and the clock skew) before deciding, so the verdict is
+# final, and a ``for`` would only delay the page. Share groups' types (docs/share-groups.md):
+# - share-lost: critical (the default). An acknowledged write that the group passed over and
+#   never delivered is data loss for the group's consumers, as lost-write is for a partition's.
+# - share-double-accept: critical. Two consumers both processed the record and had their
+#   ACCEPT acknowledged: the group's at-most-one-accept guarantee broke, and the record's side
+#   effects happened twice (data integrity downstream, like duplicate).
+# - share-redelivered: critical. A record the group had archived (an ok ACCEPT or REJECT) was
+#   delivered again: the acknowledgement was lost, so processed (or poison) records come back.
+# - share-concurrent-delivery: warning. Two consumers held the record at once. Its verdict
+#   rests on an assumption not yet verified against a live cluster (a delivery was acquired
+#   within its poll: librdkafka prefetching share fetches in the background would break it and
+#   make healthy lock expiries look concurrent), and the harm itself (both process it) pages
+#   as share-double-accept when both acceptances succeed.
+# - share-delivery-count: warning. The count is bookkeeping: a wrong one changes when the
+#   broker archives a failing record, not which records are delivered. It also reads out of
+#   range when kmon's share.delivery.limit does not match the group's
+#   share.delivery.count.limit, or after the group's limit is lowered (KIP-1240 allows one
+#   final delivery past it for records then in flight): check those before waking anyone.
+ANOMALY_SEVERITY: dict[str, str] = {
+    SHARE_CONCURRENT_DELIVERY: "warning",
+    SHARE_DELIVERY_COUNT: "warning",
 }
 
 
@@ -213,7 +254,7 @@ def anomaly_alert(anomaly: str, cfg: RuleConfig = DEFAULT_CONFIG) -> Alert:
         expr=expr,
         # A verdict is final (the monitor already waited its grace period): page at once.
         for_="0m",
-        severity="critical",
+        severity=ANOMALY_SEVERITY.get(anomaly, "critical"),
         summary=f"kmon: {anomaly} on {WHERE} (cluster {CLUSTER}, broker {BROKER})",
         description=(
             f"The kmon monitor watching cluster {CLUSTER} counted a new {anomaly} verdict in "

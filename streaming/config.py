@@ -20,6 +20,8 @@ Keys (``KEYS`` has each key's meaning; ``docs/monitor.md`` the full table):
 - ``metrics.drained.after``: how long a settled key without events keeps its series;
 - ``state.partitions``: partitions (parallel tasks) of the stateful stages;
 - timing: ``trigger``, ``watermark.delay``, ``grace``, ``unseen.grace``, ``max.future.skew``;
+- share groups (KIP-932), as the groups are configured: ``share.lock``,
+  ``share.delivery.limit``, ``share.skew``;
 - input: ``starting.offsets``, ``max.events.per.trigger``;
 - metrics: ``metrics.host``, ``metrics.port``;
 - pass-through: ``source.<option>`` (Spark's Kafka source, e.g.
@@ -38,6 +40,10 @@ from pathlib import Path
 from typing import Any
 
 ENV_CONFIG = "KMON_MONITOR_CONFIG"
+# share.delivery.limit's most: the deliveries the checker keeps per record
+# (kmon.checker.share.MAX_DELIVERIES; tests/unit/streaming/test_config.py holds them equal).
+# Kafka's own limit is lower (KIP-932: 2..10).
+MAX_SHARE_DELIVERY_LIMIT = 16
 TXN_BUCKETS = 16  # txn.buckets' default, also what stage 2's classes assume when not told
 
 
@@ -70,6 +76,12 @@ KEYS: dict[str, tuple[Any, str]] = {
     "unseen.grace": ("60s", "an acknowledged value unread this long gets an unseen verdict"),
     "max.future.skew": ("5min", "events further ahead of their Kafka timestamp are dead "
                                 "letters (0: no check)"),
+    "share.lock": ("30s", "share groups' acquisition lock: their share.record.lock.duration.ms "
+                          "(Kafka's default 30s)"),
+    "share.delivery.limit": (5, "share groups' share.delivery.count.limit (Kafka's default 5; "
+                                f"1..{MAX_SHARE_DELIVERY_LIMIT})"),
+    "share.skew": ("1s", "clock skew allowed between the probes and the brokers, for share "
+                         "groups' verdicts"),
     "starting.offsets": ("earliest", "where a new checkpoint starts reading: earliest/latest"),
     "max.events.per.trigger": (200_000, "cap on events read per micro-batch, so a backlog "
                                         "(a restart after downtime) comes in bounded batches"),
@@ -221,6 +233,10 @@ class MonitorConfig:
     txn_max_writers: int
     output: OutputTopics = field(default_factory=OutputTopics)
     drained_after_s: float = 3600.0
+    # Share groups: share.record.lock.duration.ms, share.delivery.count.limit, clock skew.
+    share_lock_s: float = 30.0
+    share_delivery_limit: int = 5
+    share_skew_s: float = 1.0
     state_partitions: int | None = None  # None: auto (``state_partitions_for``)
     source_options: dict[str, str] = field(default_factory=dict)
     producer_config: dict[str, str] = field(default_factory=dict)
@@ -363,6 +379,7 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
     if not CLUSTER.fullmatch(cluster):
         raise ConfigError(f"cluster: {cluster!r} is not a cluster name: 1 to 63 letters, digits,"
                           " '.', '_' or '-', starting with a letter or digit")
+    share_lock, share_limit, share_skew = share_settings(*(settings[k] for k in SHARE_KEYS))
     return MonitorConfig(
         bootstrap_servers=str(settings["kafka.bootstrap.servers"]).strip(),
         checkpoint=str(settings["checkpoint"]).strip(),
@@ -390,6 +407,9 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
                                         "facts": str(settings["topics.facts"]),
                                         "dead-letters": str(settings["topics.dead-letters"])}),
         drained_after_s=_positive("metrics.drained.after", settings["metrics.drained.after"]),
+        share_lock_s=share_lock,
+        share_delivery_limit=share_limit,
+        share_skew_s=share_skew,
         state_partitions=_auto_int("state.partitions", settings["state.partitions"], 1, 10_000),
         source_options=passthrough["source."],
         producer_config=passthrough["producer."],
@@ -414,6 +434,18 @@ def state_partitions_for(cfg: MonitorConfig, master: str, cores: int) -> int:
     if master.startswith("local"):
         return max(1, cores)
     return max(CLUSTER_STATE_PARTITIONS, cores)
+
+
+SHARE_KEYS = ("share.lock", "share.delivery.limit", "share.skew")
+
+
+def share_settings(lock: Any, limit: Any, skew: Any,
+                   names: tuple[str, str, str] = SHARE_KEYS) -> tuple[float, int, float]:
+    """Share groups' settings validated: the lock (seconds, positive), the delivery limit
+    (1..MAX_SHARE_DELIVERY_LIMIT) and the skew (seconds, 0 or more); ConfigError naming the
+    bad one by ``names`` (`kmon check` passes its flags' names)."""
+    return (_positive(names[0], lock), _int(names[1], limit, 1, MAX_SHARE_DELIVERY_LIMIT),
+            parse_duration(names[2], skew))
 
 
 def _positive(key: str, value: Any) -> float:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kmon import foldrun
-from kmon.checker import fold, lost_write, unseen
+from kmon.checker import fold, lost_write, share, unseen
 from kmon.checker.fold import FoldConfig
 from kmon.checker.sink import Sink
 from kmon.checker.state import INF, KeyState
@@ -78,9 +78,17 @@ class FoldSettings:
     e2e_buckets_ns: tuple[int, ...]  # upper bounds of the end-to-end histogram, ascending
     verdict_memory: int = 1024
     cluster: str = "local"  # the monitor's ``cluster`` setting, stamped on evidence
+    # Share groups (``share.lock``, ``share.delivery.limit``, ``share.skew``): plain ints, so
+    # that the settings pickle to executors whatever the fold is compiled to.
+    share_lock_ns: int = share.DEFAULT_SETTINGS.lock_ns
+    share_delivery_limit: int = share.DEFAULT_SETTINGS.limit
+    share_skew_ns: int = share.DEFAULT_SETTINGS.skew_ns
 
     def fold_config(self) -> FoldConfig:
-        return FoldConfig(self.grace_ns, self.unseen_grace_ns, collect_lags=True)
+        shares = share.ShareSettings(self.share_lock_ns, self.share_delivery_limit,
+                                     self.share_skew_ns)
+        return FoldConfig(self.grace_ns, self.unseen_grace_ns, collect_lags=True,
+                          share_settings=shares)
 
 
 class KeyFold:
@@ -196,7 +204,7 @@ class KeyFold:
         """When this key next needs the watermark: its earliest deadline, or a grace period
         from now while something is left to compact or judge; None when fully settled."""
         st, s = self.st, self.settings
-        due = fold.next_deadline(st)
+        due = fold.next_deadline(st, s.fold_config())  # (the config: share groups' deadlines)
         if s.unseen_grace_ns is not None:
             due = min(due, unseen.next_deadline(st, s.unseen_grace_ns))
         if len(st.val) or st.procs or st.loose:

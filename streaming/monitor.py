@@ -60,6 +60,9 @@ def fold_settings(cfg: MonitorConfig) -> FoldSettings:
         e2e_buckets_ns=tuple(int(b * 1e9) for b in E2E_BUCKETS),
         verdict_memory=cfg.verdict_memory,
         cluster=cfg.cluster,
+        share_lock_ns=round(cfg.share_lock_s * 1e9),
+        share_delivery_limit=cfg.share_delivery_limit,
+        share_skew_ns=round(cfg.share_skew_s * 1e9),
     )
 
 

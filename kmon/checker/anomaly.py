@@ -29,9 +29,9 @@ OFFSET_COMMIT_LOST: Final = "offset-commit-lost"
 OFFSET_COMMIT_REREAD: Final = "offset-commit-reread"
 OFFSET_COMMIT_SKIP: Final = "offset-commit-skip"
 
-# Share groups (``share``, KIP-932): what a share group promises about each record. Not yet in
-# ANOMALY_TYPES, which the monitor's metrics, the alerts and the runbook are generated from:
-# they join it with the probe's share mode (docs/share-groups.md, "Not yet built").
+# Share groups (``share``, KIP-932): what a share group promises about each record. Part of
+# ANOMALY_TYPES (so of the monitor's metrics, the alerts and the runbook); SHARE_ANOMALY_TYPES
+# names the subset (docs/share-groups.md).
 SHARE_LOST: Final = "share-lost"
 SHARE_DOUBLE_ACCEPT: Final = "share-double-accept"
 SHARE_REDELIVERED: Final = "share-redelivered"
@@ -64,6 +64,7 @@ ANOMALY_TYPES: tuple[str, ...] = (
     OFFSET_COMMIT_LOST,
     OFFSET_COMMIT_REREAD,
     OFFSET_COMMIT_SKIP,
+    *SHARE_ANOMALY_TYPES,
 )
 
 # Not errors, but verdicts the online monitor also emits as evidence.

@@ -87,7 +87,11 @@ class RowResult:
 
 
 def forbidden_types(s: Scenario) -> tuple[str, ...]:
-    """Every type the monitor can report that the scenario neither expects nor allows."""
+    """Every type the monitor can report that the scenario neither expects nor allows.
+
+    Share groups' types (``SHARE_ANOMALY_TYPES``) are among them: a row whose probe runs no
+    share consumers has no share op in its history, so a share verdict there is a false alarm.
+    """
     ok = set(s.must) | set(s.any_of) | set(s.allowed) | set(OFFLINE_ONLY)
     return tuple(t for t in (*ANOMALY_TYPES, UNSEEN) if t not in ok)
 

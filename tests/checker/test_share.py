@@ -392,3 +392,22 @@ def test_records_stay_bounded_online():
     # a grace, a lock and KEPT_NS (60 s) of records at most, far below the 10,800 delivered
     assert most < 3 * (GRACE + LOCK + 60 + 20), most
     assert most <= MAX_RECORDS
+
+
+# -- reports -------------------------------------------------------------------------------
+
+
+def test_reports_order_share_types_as_anomaly_types_does_and_they_invalidate():
+    from kmon.checker.anomaly import ANOMALY_TYPES, LOST_WRITE, Anomaly
+    from kmon.checker.report import merge_anomalies
+
+    rec = {"key": K, "group": G, "offset": 0, "value": "v0", "ops": [1], "processes": [1]}
+    merged = merge_anomalies([Anomaly(SHARE_DELIVERY_COUNT, rec), Anomaly(SHARE_LOST, rec),
+                              Anomaly(LOST_WRITE, {"key": K, "value": "v0", "offset": 0})])
+    assert list(merged) == [LOST_WRITE, SHARE_LOST, SHARE_DELIVERY_COUNT]
+    assert set(SHARE_ANOMALY_TYPES) <= set(ANOMALY_TYPES)
+    h = History()
+    h.write([0], 0)
+    h.poll(1, 1, 1.1, [(0, 6)])  # past the limit
+    report = Checker(_config(False)).run(h.ops)
+    assert not report.valid and "(allowed" not in report.summary()

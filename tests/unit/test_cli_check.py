@@ -97,3 +97,45 @@ def test_ww_deps_flag_reaches_the_checker(tmp_path: Path, capsys) -> None:
     code, out, _ = run(capsys, "--json", "--ww-deps", str(path))
     report = json.loads(out)
     assert "G0" in report["errors"] and report["valid"] is True and code == 0
+
+
+def _share_history(tmp_path: Path) -> Path:
+    """Offset 0 delivered at 1 s (count 1) and at 10 s (count 2), no acknowledgement between:
+    within one 30 s lock (concurrent), but past a 5 s one."""
+    from kmon.history import dump_jsonl
+    from tests.checker.test_share import History
+
+    h = History()
+    h.write([0], 0)
+    h.poll(1, 1, 1.1, [(0, 1)])
+    h.poll(2, 10, 10.1, [(0, 2)])
+    path = tmp_path / "share.jsonl"
+    with path.open("w") as f:
+        dump_jsonl(h.ops, f)
+    return path
+
+
+def test_share_settings_reach_the_checker(tmp_path: Path, capsys) -> None:
+    path = _share_history(tmp_path)
+    code, out, _ = run(capsys, "--json", str(path))
+    assert code == 1 and set(json.loads(out)["errors"]) == {"share-concurrent-delivery"}
+    code, out, _ = run(capsys, "--json", "--share-lock", "5s", "--share-skew", "500ms",
+                       str(path))
+    assert code == 0 and json.loads(out)["errors"] == {}
+    code, out, _ = run(capsys, "--json", "--share-lock", "5s", "--share-delivery-limit", "1",
+                       str(path))
+    (rec,) = json.loads(out)["errors"]["share-delivery-count"]
+    assert code == 1 and (rec["count"], rec["limit"]) == (2, 1)
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--share-lock", "0", "--share-lock: must be positive"),
+    ("--share-lock", "soon", "--share-lock: expected a duration"),
+    ("--share-delivery-limit", "0", "--share-delivery-limit: must be in 1..16, got 0"),
+    ("--share-delivery-limit", "five", "--share-delivery-limit: expected an integer"),
+    ("--share-skew", "-1s", "--share-skew: expected a duration"),
+])
+def test_bad_share_settings_fail_naming_the_flag(tmp_path: Path, capsys, flag: str, value: str,
+                                                 message: str) -> None:
+    code, out, err = run(capsys, f"{flag}={value}", str(_share_history(tmp_path)))
+    assert code == 2 and out == "" and err.startswith(f"kmon: error: {message}")

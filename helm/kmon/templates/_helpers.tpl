@@ -187,6 +187,9 @@ It only touches kmon's own topics, so it connects to the events cluster. */}}
 {{- $_ := set $c "topics.dead-letters" .Values.kafka.deadLetterTopic }}
 {{- $_ := set $c "checkpoint" (include "kmon.monitor.checkpoint" .) }}
 {{- $_ := set $c "metrics.port" .Values.monitor.metricsPort }}
+{{- $_ := set $c "share.lock" .Values.share.lock }}
+{{- $_ := set $c "share.delivery.limit" .Values.share.deliveryLimit }}
+{{- $_ := set $c "share.skew" .Values.share.skew }}
 {{- range $key, $value := include "kmon.monitor.s3aConf" . | fromYaml }}
 {{- $_ := set $c $key $value }}
 {{- end }}

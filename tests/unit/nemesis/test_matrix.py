@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kmon.checker import check
+from kmon.checker.anomaly import SHARE_ANOMALY_TYPES
 from kmon.nemesis import inject, presets
 from kmon.nemesis.matrix import Matrix, RowResult, forbidden_types, judge
 from kmon.nemesis.probe_child import ProbeDied
@@ -18,6 +19,15 @@ def test_healthy_row_forbids_every_anomaly_but_kafkas_normal_ones() -> None:
     bad = set(forbidden_types(BY_NAME["healthy"]))
     assert {"lost-write", "duplicate", "G1a", "unseen", "torn-transaction"} <= bad
     assert "int-send-skip" not in bad and "G0" not in bad
+
+
+def test_every_row_without_share_consumers_forbids_the_share_types() -> None:
+    # No row runs the probe's share mode yet: a share verdict on any row fails it.
+    for s in SCENARIOS:
+        named = {*s.must, *s.any_of, *s.allowed}
+        if not named & set(SHARE_ANOMALY_TYPES):
+            assert set(SHARE_ANOMALY_TYPES) <= set(forbidden_types(s)), s.name
+    assert judge(BY_NAME["healthy"], {"share-lost": 1}) == ("FAIL", "forbidden: share-lost")
 
 
 def test_judge() -> None:

@@ -189,6 +189,18 @@ def test_bad_flags_exit_2(args: list[str], message: str,
     assert f"kmon: error: {message}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("anomaly", ["share-lost", "share-double-accept", "share-redelivered",
+                                     "share-concurrent-delivery", "share-delivery-count"])
+def test_share_group_types_are_anomaly_filters(anomaly: str) -> None:
+    import argparse
+
+    from kmon.cli.evidence import _filters
+
+    args = argparse.Namespace(anomaly=anomaly, cluster=None, topic=None, partition=None,
+                              limit=None, broker=None)
+    assert _filters(args).anomaly == anomaly
+
+
 def test_no_bootstrap_is_an_error(monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("KMON_EVENTS_BOOTSTRAP", raising=False)

@@ -256,6 +256,13 @@ def test_missing_settings_fail_the_rendering_naming_them(helm: str, args: list[s
      "monitor/spark/master"),
     (["--set", "monitor.spark.executorMemory=2GB"], "does not match pattern"),
     (["--set", "probe.resources.requests.cpu=lots"], "probe/resources/requests/cpu"),
+    (["--set", "share.lock=30 seconds"], "share/lock"),
+    (["--set", "share.deliveryLimit=0"], "share/deliveryLimit"),
+    (["--set", "share.deliveryLimit=17"], "share/deliveryLimit"),
+    (["--set", "share.skew=-1s"], "share/skew"),
+    (["--set", "share.skew=-1"], "share/skew"),
+    (["--set", "share.lock=0"], "share/lock"),
+    (["--set", "share.lockMs=30000"], "additional properties 'lockMs' not allowed"),
 ])
 def test_values_schema_rejects_bad_values(helm: str, args: list[str], message: str) -> None:
     done = render(helm, *BASE, *args, check=False)
@@ -440,6 +447,21 @@ def test_plaintext_values_reach_probe_and_monitor(
     assert monitor.spark_conf["master"] == "k8s://https://kubernetes.default.svc:443"
     # both name the watched cluster the chart was given: every metric and evidence record
     assert (probe.cluster, monitor.cluster) == ("prod-eu", "prod-eu")
+
+
+def test_share_group_settings_reach_the_monitor(
+        helm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kmon.streaming.monitor import fold_settings
+
+    default = _monitor_settings(_pods(helm, tmp_path / "d", {}, *BASE)["monitor"], monkeypatch)
+    assert (default.share_lock_s, default.share_delivery_limit, default.share_skew_s) == (
+        30.0, 5, 1.0)
+    pods = _pods(helm, tmp_path / "s", {}, *BASE, "--set", "share.lock=1500ms",
+                 "--set", "share.deliveryLimit=3", "--set", "share.skew=0")
+    monitor = _monitor_settings(pods["monitor"], monkeypatch)
+    assert (monitor.share_lock_s, monitor.share_delivery_limit, monitor.share_skew_s) == (
+        1.5, 3, 0.0)
+    assert fold_settings(monitor).fold_config().share_settings.row() == (1_500_000_000, 3, 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 ``run_online`` feeds a history through the same adapters the Spark processors call
 (``KeyFold`` per key, ``TxnBucket`` per writer bucket), with every key's state through bytes
 between micro-batches, facts handed from stage 1 to stage 2 as JSON, and the watermark moving
-with event time. It returns the evidence records and the stats rows.
+with event time. Ops are split into fragments as the monitor's event reader splits them
+(``events.event_of``: invocations too, for offset commits and share groups' ops). It returns
+the evidence records and the stats rows.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 from typing import Any
 
 from kmon.checker.state import INF
-from kmon.history.fragment import split
+from kmon.history.events import event_of
 from kmon.history.model import Op
 from kmon.streaming.keyfold import ANOMALY, FACT, STATS, UNSEEN, FoldSettings, KeyFold
 from kmon.streaming.metrics import E2E_BUCKETS
@@ -22,21 +24,25 @@ SECOND = 1_000_000_000
 END = INF // 2  # a watermark past every deadline
 
 
-def settings(grace: int = SECOND, unseen: int | None = None) -> FoldSettings:
+def settings(grace: int = SECOND, unseen: int | None = None, **share: int) -> FoldSettings:
+    """``share``: FoldSettings' share_lock_ns, share_delivery_limit, share_skew_ns."""
     return FoldSettings(grace_ns=grace, unseen_grace_ns=unseen,
-                        e2e_buckets_ns=tuple(int(b * 1e9) for b in E2E_BUCKETS))
+                        e2e_buckets_ns=tuple(int(b * 1e9) for b in E2E_BUCKETS), **share)
 
 
 def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SECOND,
-               unseen: int | None = None, delay: int = 0, buckets: int = 4) -> dict[str, list]:
+               unseen: int | None = None, delay: int = 0, buckets: int = 4, end: int = END,
+               s: FoldSettings | None = None) -> dict[str, list]:
     """Evidence (parsed) and stats rows of ``ops`` checked online in batches of ``batch`` ops,
     and ``state_bytes``: after each batch, the largest key's serialized state (what the monitor
     keeps in its state store).
 
     The watermark after each batch is the latest event time seen minus ``delay``; at the end it
-    jumps past every deadline.
+    jumps to ``end``: by default past every deadline. (Share groups' lost writes need the end of
+    the history plus the grace to agree with ``kmon check``: past it, a lock that the history's
+    end leaves running has expired.) ``s``: the settings (else ``settings(grace, unseen)``).
     """
-    s = settings(grace, unseen)
+    s = settings(grace, unseen) if s is None else s
     keys: dict[Any, bytes] = {}
     txns: dict[int, bytes] = {}
     out: dict[str, list] = {"evidence": [], "stats": [], "facts": [], "state_bytes": []}
@@ -47,10 +53,9 @@ def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SEC
         frags: dict[Any, list] = {}
         for op in chunk:
             max_time = max(max_time, op.time)
-            if op.type == "invoke" or op.f == "crash":
+            if op.f == "crash":
                 continue
-            it = op.meta.invoke_time if op.meta and op.meta.invoke_time else op.time
-            for fr in split(op, it):
+            for fr in event_of(op).frags:
                 frags.setdefault(fr.key, []).append(fr)
         _stage1(frags, keys, s, probe, watermark, out)
         out["state_bytes"].append(max(map(len, keys.values()), default=0))
@@ -58,7 +63,7 @@ def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SEC
         watermark = max(watermark, max_time - delay)
     for key in list(keys):  # timers firing at the end
         kf = KeyFold.from_bytes(probe, keys[key], s)
-        _collect(kf.wake(END), out)
+        _collect(kf.wake(end), out)
         keys[key] = kf.to_bytes()
     _stage2(out, txns, probe, grace, buckets)
     return out

@@ -70,6 +70,13 @@ def test_config_path_from_environment(tmp_path) -> None:
     (["state.partitions=0"], "state.partitions"),
     (["state.partitions=many"], "state.partitions"),
     (["tirgger=1s"], "tirgger"),
+    (["share.lock=0"], "share.lock"),
+    (["share.lock=long"], "share.lock"),
+    (["share.delivery.limit=0"], "share.delivery.limit"),
+    (["share.delivery.limit=17"], "share.delivery.limit"),
+    (["share.delivery.limit=five"], "share.delivery.limit"),
+    (["share.skew=-1s"], "share.skew"),
+    (["share.lock.ms=30000"], "share.lock.ms"),
     (["no-equals-sign"], "no-equals-sign"),
 ])
 def test_bad_settings_fail_naming_the_key(override, names) -> None:
@@ -162,3 +169,32 @@ def test_state_partitions_use_a_clusters_cores_and_leave_room_to_grow() -> None:
     fixed = load(overrides=[*REQUIRED, "state.partitions=32",
                             "spark.sql.shuffle.partitions=6"], env={})
     assert state_partitions_for(fixed, "local[2]", 2) == 32  # the kmon setting wins
+
+
+def test_share_group_settings_default_to_kafkas_and_reach_the_fold(tmp_path) -> None:
+    from kmon.checker.share import DEFAULT_SETTINGS, MAX_DELIVERIES, ShareSettings
+    from kmon.streaming.config import MAX_SHARE_DELIVERY_LIMIT
+    from kmon.streaming.monitor import fold_settings
+
+    cfg = load(overrides=REQUIRED, env={})
+    assert (cfg.share_lock_s, cfg.share_delivery_limit, cfg.share_skew_s) == (30.0, 5, 1.0)
+    assert fold_settings(cfg).fold_config().share_settings == DEFAULT_SETTINGS
+    f = tmp_path / "m.yaml"
+    f.write_text("kafka.bootstrap.servers: x:1\ncheckpoint: /c\n"
+                 "share: {lock: 45s, delivery: {limit: 3}, skew: 250ms}\n")
+    cfg = load(f, env={})
+    assert (cfg.share_lock_s, cfg.share_delivery_limit, cfg.share_skew_s) == (45.0, 3, 0.25)
+    assert fold_settings(cfg).fold_config().share_settings == ShareSettings(
+        45_000_000_000, 3, 250_000_000)
+    cfg = load(overrides=[*REQUIRED, "share.lock=1min", "share.delivery.limit=10",
+                          "share.skew=0"], env={})
+    assert fold_settings(cfg).fold_config().share_settings == ShareSettings(60_000_000_000, 10, 0)
+    assert MAX_SHARE_DELIVERY_LIMIT == MAX_DELIVERIES
+
+
+def test_kmon_monitor_refuses_a_bad_share_setting_at_once(capsys) -> None:
+    from kmon.cli import main
+
+    assert main(["monitor", "-b", "b:9092", "--checkpoint", "/tmp/ck",
+                 "--set", "share.delivery.limit=0"]) == 2
+    assert capsys.readouterr().err.startswith("kmon: error: share.delivery.limit: ")
