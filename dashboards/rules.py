@@ -175,11 +175,11 @@ ANOMALY_SUMMARIES: dict[str, str] = {
 #   effects happened twice (data integrity downstream, like duplicate).
 # - share-redelivered: critical. A record the group had archived (an ok ACCEPT or REJECT) was
 #   delivered again: the acknowledgement was lost, so processed (or poison) records come back.
-# - share-concurrent-delivery: warning. Two consumers held the record at once. Its verdict
-#   rests on an assumption not yet verified against a live cluster (a delivery was acquired
-#   within its poll: librdkafka prefetching share fetches in the background would break it and
-#   make healthy lock expiries look concurrent), and the harm itself (both process it) pages
-#   as share-double-accept when both acceptances succeed.
+# - share-concurrent-delivery: warning. Two consumers held the record at once, as their
+#   applications saw it. librdkafka 2.16 hands over records it fetched while the application
+#   did not poll, after their lock expired (docs/share-groups.md, the finding): the client's
+#   doing, not the broker's, and the harm itself (both process it) pages as
+#   share-double-accept when both acceptances succeed.
 # - share-delivery-count: warning. The count is bookkeeping: a wrong one changes when the
 #   broker archives a failing record, not which records are delivered. It also reads out of
 #   range when kmon's share.delivery.limit does not match the group's

@@ -457,7 +457,8 @@ def offline_counts(history: Path, preset: str) -> dict[str, int]:
 def offline_counts_of(ops: Iterable[Op], isolation: str) -> dict[str, int]:
     from kmon.checker import CheckConfig, check
 
-    return counts_of(check(ops, CheckConfig(isolation=isolation)))
+    return counts_of(check(ops, CheckConfig(
+        isolation=isolation, share_lock_ns=round(presets.SHARE_LOCK_S * 1e9))))
 
 
 def counts_of(report: Report) -> dict[str, int]:
@@ -579,6 +580,8 @@ MONITOR_TIMING = {
     # nothing lost (CI saw 35 such values once at 30 s); the final read catches up well
     # within 60 s of the fault's end.
     "unseen.grace": "60s",
+    # The rows with share consumers run their share group with this lock (presets).
+    "share.lock": f"{presets.SHARE_LOCK_S:g}s",
 }
 
 

@@ -44,6 +44,17 @@ class Preset:
         return {k[len(prefix):]: v for k, v in self.settings.items() if k.startswith(prefix)}
 
 
+# The share groups' acquisition lock in the presets with share consumers (the local cluster
+# allows locks this short): stalls past it take seconds. The matrix's monitor and `kmon check`
+# are told the same (``share.lock``).
+SHARE_LOCK_S = 3.0
+_SHARE_CONSUMERS = {
+    "share.processes": "2",  # two share consumers in the probe's share group (KIP-932)
+    "share.lock": f"{SHARE_LOCK_S:g}",
+    "share.release_share": "0.2",  # redeliveries on purpose (default 0.1) ...
+    "share.reject_share": "0.1",  # ... and archived records (default 0.05)
+}
+
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset(
         "safe",
@@ -111,6 +122,27 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
             "poll_share": "0.2",  # four sends for every poll (default: one for one) ...
             "max_poll_records": "1",  # ... and a poll returns one record: readers fall behind
             # No catch-up reads: one would read the whole backlog and leave nothing unread.
+            "catchup_interval": "0",
+        },
+        pairs_with=("delete-records",),
+    ),
+    Preset(
+        "share",
+        "the probe's safe settings plus two share consumers in one share group, acknowledging "
+        "a seeded mix and now and then holding a poll's records past the 3 s lock",
+        settings={**_SHARE_CONSUMERS, "share.stall_share": "0.05"},
+        pairs_with=("none",),
+    ),
+    Preset(
+        "share-lagging",
+        "lagging readers, and share consumers that hold every other poll's records past the "
+        "lock, so acknowledged records wait in the log undelivered (what DeleteRecords then "
+        "removes)",
+        settings={
+            **_SHARE_CONSUMERS,
+            "share.stall_share": "0.5",  # the point: half the polls wait out the lock
+            "poll_share": "0.2",  # the lagging readers' settings (lagging-readers)
+            "max_poll_records": "1",
             "catchup_interval": "0",
         },
         pairs_with=("delete-records",),

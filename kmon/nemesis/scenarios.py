@@ -108,6 +108,17 @@ SCENARIOS: tuple[Scenario, ...] = (
              # committed transaction whose write to one partition was deleted unread is torn.
              allowed=(*KAFKA_NORMAL, "unseen", "poll-skip", "int-poll-skip", "torn-transaction"),
              note="KAFKA-17062-like: acknowledged records deleted before they were read"),
+    # Share groups (KIP-932): share consumers beside the usual workload.
+    Scenario("share-healthy", "share", None,
+             note="no fault, with share consumers: releases, rejects and stalls past the lock "
+                  "are redeliveries the group allows"),
+    Scenario("share-delete-records", "share-lagging",
+             lambda c, p, prefix: DeleteRecords(c, topic_prefix=prefix, count=4, interval=1.0),
+             duration=15.0, must=("share-lost",),
+             # The delete-records row's consequences for the consumer groups, besides.
+             allowed=(*KAFKA_NORMAL, "lost-write", "unseen", "poll-skip", "int-poll-skip",
+                      "torn-transaction"),
+             note="acknowledged records deleted before the share group was delivered them"),
     Scenario("unclean-election", "unclean",
              # 6 s of writes on the leader alone (default 3): more acks=1 records to lose.
              lambda c, p, prefix: UncleanElection(c, topic_prefix=prefix, lag=6.0),

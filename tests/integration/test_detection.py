@@ -3,11 +3,12 @@ nothing else?
 
 One module run (``kmon.nemesis.matrix.Matrix``): one in-process monitor on the suite's Spark
 session watches one events topic; the rows run their probes into it (faults one after the
-other; the rows without a fault together first: healthy, read-uncommitted and healthy through
-the Kafka protocol proxy), the proxy rows reproduce the Bufstream/KAFKA-17754 findings with
-real clients and real brokers through the Kafka protocol proxy's filters, then the watermark
-is moved past every grace period and each test asserts on what the monitor counted for its
-row (verdicts are attributed by the probe topics' prefix, ``kmon-mx-<tag>-<row>``).
+other; the rows without a fault together first: healthy, read-uncommitted, healthy through
+the Kafka protocol proxy and healthy with share consumers), the proxy rows reproduce the
+Bufstream/KAFKA-17754 findings with real clients and real brokers through the Kafka protocol
+proxy's filters, then the watermark is moved past every grace period and each test asserts on
+what the monitor counted for its row (verdicts are attributed by the probe topics' prefix,
+``kmon-mx-<tag>-<row>``).
 
 Each probe runs in its own process (``kmon.nemesis.probe_child``): librdkafka has crashed
 a probe under DeleteRecords about once in three runs, and a crash must cost one rerun of
@@ -35,14 +36,16 @@ from kmon.nemesis.matrix import (
 )
 from kmon.nemesis.scenarios import BY_NAME, KAFKA_NORMAL
 
-QUIET = ("healthy", "read-uncommitted", "kproxy-healthy")
+QUIET = ("healthy", "read-uncommitted", "kproxy-healthy", "share-healthy")
 # Through the Kafka protocol proxy: each a Kafka-compatible broker's bug, live.
 PROXY = ("spurious-zero-offset", "server-side-filtering", "torn-transaction", "aborted-read",
          "duplicated-produce", "lost-offset-commit")
-FAULTS = ("delete-records", "unclean-election", "offsets-unclean", "idempotence-off",
-          "pause-leader", "crash-leader", "net-timeout", *PROXY)
-SAFE = ("healthy", "kproxy-healthy", "pause-leader", "crash-leader", "net-timeout")
+FAULTS = ("delete-records", "share-delete-records", "unclean-election", "offsets-unclean",
+          "idempotence-off", "pause-leader", "crash-leader", "net-timeout", *PROXY)
+SAFE = ("healthy", "kproxy-healthy", "share-healthy", "pause-leader", "crash-leader",
+        "net-timeout")
 DURATIONS = {"healthy": 10.0, "read-uncommitted": 10.0, "kproxy-healthy": 10.0,
+             "share-healthy": 10.0,
              "pause-leader": 10.0, "crash-leader": 8.0,
              # The proxy rows' filters act within seconds (their rates and caps: scenarios).
              "spurious-zero-offset": 6.0, "server-side-filtering": 6.0,
@@ -101,6 +104,16 @@ def test_delete_records_ahead_of_consumers_is_a_lost_write(rows: dict[str, RowRe
     assert r.reported.get("lost-write", 0) > 0, r.reported
     assert r.verdict == "pass", r.why
     assert "lost-write" in (r.offline or {})
+
+
+def test_records_deleted_before_the_share_group_got_them_are_share_lost(
+        rows: dict[str, RowResult]) -> None:
+    """Acknowledged records deleted while the share consumers lagged: the group delivers the
+    records after them and never these, online and offline alike."""
+    r = rows["share-delete-records"]
+    assert r.reported.get("share-lost", 0) > 0, (r.reported, r.fault_info)
+    assert (r.offline or {}).get("share-lost", 0) > 0, r.offline
+    assert r.verdict == "pass", r.why
 
 
 def test_investigate_confirms_a_lost_write_from_a_real_fault(
