@@ -18,20 +18,7 @@ from kmon.probes import config
 from kmon.probes.metrics import ProbeMetrics
 from kmon.probes.process import Process
 from kmon.probes.recorder import Recorder
-
-TOPIC = "kmon-probe-t.0"
-
-
-class Keys:
-    """Key k is partition k of one topic."""
-
-    version = 0
-
-    def topic_partition(self, key: int) -> tuple[str, int]:
-        return TOPIC, key
-
-    def key(self, topic: str, partition: int) -> int | None:
-        return partition if topic == TOPIC else None
+from tests.unit.probes.fakes import TOPIC, OneTopicKeys
 
 
 class FakeConsumer:
@@ -65,7 +52,7 @@ def process(consumer: FakeConsumer) -> tuple[Process, io.StringIO]:
     history = io.StringIO()
     pids = iter(range(100))
     wl = SimpleNamespace(cfg=cfg, recorder=Recorder(cfg.probe_id, ProbeMetrics(
-        CollectorRegistry()), history=history), keyspace=Keys(), new_pid=lambda: next(pids),
+        CollectorRegistry()), history=history), keyspace=OneTopicKeys(), new_pid=lambda: next(pids),
         abandoned_clients=[], count_error=lambda err: None,
         metrics=SimpleNamespace(rebalances=SimpleNamespace(
             labels=lambda kind: SimpleNamespace(inc=lambda: None))))

@@ -19,26 +19,7 @@ from kmon.probes import config
 from kmon.probes import share as S
 from kmon.probes.metrics import ProbeMetrics
 from kmon.probes.recorder import Recorder
-
-TOPIC = "kmon-probe-t.0"
-
-
-class Keys:
-    """Key k is partition k of one topic with two partitions."""
-
-    version = 0
-
-    def topic_partition(self, key: int) -> tuple[str, int]:
-        return TOPIC, key
-
-    def key(self, topic: str, partition: int) -> int | None:
-        return partition if topic == TOPIC else None
-
-    def readable_topics(self) -> list[str]:
-        return [TOPIC]
-
-    def readable_keys(self) -> list[int]:
-        return [0, 1]
+from tests.unit.probes.fakes import TOPIC, OneTopicKeys
 
 
 class Msg:
@@ -107,7 +88,7 @@ def share_process(consumer_factory: Any, **settings: str) -> tuple[S.ShareProces
     history = io.StringIO()
     pids = iter(range(100))
     wl = SimpleNamespace(cfg=cfg, recorder=Recorder(cfg.probe_id, ProbeMetrics(
-        CollectorRegistry()), history=history), keyspace=Keys(), new_pid=lambda: next(pids),
+        CollectorRegistry()), history=history), keyspace=OneTopicKeys(), new_pid=lambda: next(pids),
         abandoned_clients=[], count_error=lambda err: None, stopping=threading.Event())
     proc = S.ShareProcess(5, wl, random.Random(0))  # type: ignore[arg-type]
     proc.leaders_at = float("inf")  # no metadata refresh: no admin client
