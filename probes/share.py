@@ -80,33 +80,50 @@ def group_settings(cfg: ProbeConfig) -> dict[str, str]:
     }
 
 
+# The probe setting each group config comes from, named when the group disagrees.
+SETTING_OF = {"share.record.lock.duration.ms": "share.lock",
+              "share.delivery.count.limit": "share.delivery_limit"}
+
+
 def configure_group(admin: AdminClient, cfg: ProbeConfig, timeout: float = 30.0) -> None:
     """Set the share group's configs (``share.configure_group``), then check that the group
     has them; a ConfigError naming the setting when it does not."""
     group, want = share_group(cfg), group_settings(cfg)
     if cfg.share_configure_group:
-        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-                   for k, v in want.items()]
-        res = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
         try:
-            for f in admin.incremental_alter_configs([res]).values():
-                f.result(timeout)
+            alter_group(admin, group, want, timeout)
         except KafkaException as e:
             raise ConfigError("share.configure_group", f"cannot set share group {group}'s configs "
                               f"{want}: {e}") from None
-    # A broker's view of an altered config may lag the controller's for a moment.
-    deadline = time.monotonic() + (timeout if cfg.share_configure_group else 0)
+    have = configs_once(admin, group, want, timeout if cfg.share_configure_group else 0,
+                        timeout)
+    for name, value in want.items():
+        if have.get(name) != value:
+            raise ConfigError(SETTING_OF.get(name, "share.configure_group"),
+                              f"share group {group} has {name}={have.get(name)}, the probe "
+                              f"needs {value}")
+
+
+def alter_group(admin: AdminClient, group: str, configs: dict[str, str],
+                timeout: float) -> None:
+    """Set a group's ``configs`` (incrementally: its other configs stay)."""
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+               for k, v in configs.items()]
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(timeout)
+
+
+def configs_once(admin: AdminClient, group: str, want: dict[str, str], within: float,
+                 timeout: float = 30.0) -> dict[str, str]:
+    """The group's configs, described again for up to ``within`` seconds until they include
+    ``want``: a broker's view of an altered config may lag the controller's for a moment."""
+    deadline = time.monotonic() + within
     while True:
         have = describe_group(admin, group, timeout)
-        wrong = [name for name, value in want.items() if have.get(name) != value]
-        if not wrong or time.monotonic() >= deadline:
-            break
+        if all(have.get(k) == v for k, v in want.items()) or time.monotonic() >= deadline:
+            return have
         time.sleep(0.5)
-    for name in wrong:
-        setting = "share.delivery_limit" if "count" in name else (
-            "share.lock" if "lock" in name else "share.configure_group")
-        raise ConfigError(setting, f"share group {group} has {name}={have.get(name)}, "
-                          f"the probe needs {want[name]}")
 
 
 def describe_group(admin: AdminClient, group: str, timeout: float) -> dict[str, str]:
@@ -166,8 +183,9 @@ class ShareProcess(Process):
             self.respawn()
             return False
         self.subscribed = list(topics)
+        subscribed = set(topics)  # (the readable keys may have moved on since)
         self.share_keys = [k for k in self.keys.readable_keys()
-                           if self.keys.topic_partition(k)[0] in set(topics)]
+                           if self.keys.topic_partition(k)[0] in subscribed]
         self.keys_version = self.keys.version
         return True
 

@@ -16,13 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
+from confluent_kafka.admin import AdminClient
 
 from kmon.checker import CheckConfig, check
 from kmon.checker.policy import invalidating
@@ -30,6 +24,7 @@ from kmon.history import Op, OpMeta, loads
 from kmon.history.model import share_read
 from kmon.probes import config as probe_config
 from kmon.probes.metrics import ProbeMetrics
+from kmon.probes.share import alter_group
 from kmon.probes.workload import running
 
 pytestmark = pytest.mark.timeout(240)
@@ -80,13 +75,8 @@ def share_topic(kafka_bootstrap: str) -> Iterator[tuple[str, str]]:
     topic = f"share-{uuid.uuid4().hex[:10]}"
     group = f"g-{topic}"
     admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
-    entries = [ConfigEntry("share.auto.offset.reset", "earliest",
-                           incremental_operation=AlterConfigOpType.SET),
-               ConfigEntry("share.record.lock.duration.ms", str(int(LOCK_S * 1000)),
-                           incremental_operation=AlterConfigOpType.SET)]
-    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    for f in admin.incremental_alter_configs([res]).values():
-        f.result(30)
+    alter_group(admin, group, {"share.auto.offset.reset": "earliest",
+                               "share.record.lock.duration.ms": str(int(LOCK_S * 1000))}, 30)
     time.sleep(2)  # every broker sees the group's configs
     yield topic, group
     admin.delete_topics([topic], request_timeout=30)
