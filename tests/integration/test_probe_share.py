@@ -96,10 +96,11 @@ class Recorder:
         end = time.time_ns()
         records = [(m.offset(), int(m.value()), m.delivery_count()) for m in msgs]
         with self.lock:
-            self.ops.append(Op(len(self.ops), start, process, "invoke", "share-poll",
-                               [share_read(0)], meta=meta))
-            self.ops.append(Op(len(self.ops), end, process, "ok", "share-poll",
-                               [share_read(0, records)], meta=meta))
+            self.ops.append(Op(index=len(self.ops), time=start, process=process,
+                               type="invoke", f="share-poll", value=[share_read(0)],
+                               meta=meta))
+            self.ops.append(Op(index=len(self.ops), time=end, process=process, type="ok",
+                               f="share-poll", value=[share_read(0, records)], meta=meta))
         for m in msgs:
             consumer.acknowledge(m, AcknowledgeType.ACCEPT)
         if msgs:
