@@ -54,6 +54,7 @@ integration: setup
 bench: setup
 	$(BIN)/python bench/bench_checker.py
 	$(BIN)/python bench/bench_monitor.py
+	$(BIN)/python bench/bench_state.py
 	$(BIN)/python bench/bench_evidence.py
 	$(BIN)/python bench/bench_series.py
 

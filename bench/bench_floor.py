@@ -65,9 +65,13 @@ def _processor() -> Any:
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Any:
             self.st.get()
-            n = sum(len(r.blob) for r in rows)
+            n, latest = 0, None
+            for r in rows:
+                n += len(r.blob)
+                if r.ets is not None and (latest is None or r.ets > latest):
+                    latest = r.ets
             self.st.update((b"y" * 1000,))
-            yield Row(k=key[0], n=n)
+            yield Row(k=key[0], n=n, latest=latest)
 
         def close(self) -> None:
             pass
@@ -75,7 +79,11 @@ def _processor() -> Any:
     return TrivialFold()
 
 
-def floor_query(spark: Any, boot: str, topic: str, rate: int, checkpoint: str) -> Any:
+def floor_query(spark: Any, boot: str, topic: str, rate: int, checkpoint: str,
+                starting: str = "earliest", on_batch: Any = None) -> Any:
+    """The floor's query over ``topic``, ``rate`` events per batch at most; ``on_batch``
+    (default: collect and drop) gets each micro-batch's output rows: (k, n, latest), latest
+    being the newest Kafka timestamp the key's rows carried."""
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType, TimestampType
 
     rows = StructType([StructField("k", LongType()), StructField("blob", BinaryType()),
@@ -83,18 +91,67 @@ def floor_query(spark: Any, boot: str, topic: str, rate: int, checkpoint: str) -
     sources = []
     for p in range(4):
         raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", boot)
-               .option("assign", json.dumps({topic: [p]})).option("startingOffsets", "earliest")
+               .option("assign", json.dumps({topic: [p]})).option("startingOffsets", starting)
                .option("maxOffsetsPerTrigger", str(rate // 4)).load())
         sources.append(raw.select("value", "timestamp").mapInArrow(per_key_rows, rows)
                        .withWatermark("ets", "5 seconds"))
     union = sources[0]
     for s in sources[1:]:
         union = union.union(s)
-    out = union.drop("ets").groupBy("k").transformWithState(
-        statefulProcessor=_processor(), outputStructType="k long, n long",
+    out = union.groupBy("k").transformWithState(
+        statefulProcessor=_processor(), outputStructType="k long, n long, latest timestamp",
         outputMode="Update", timeMode="EventTime")
-    return (out.writeStream.foreachBatch(lambda df, _: df.collect())
+    sink = on_batch or (lambda rows: None)
+    return (out.writeStream.foreachBatch(lambda df, _: sink(df.collect()))
             .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start())
+
+
+def latency(spark: Any, boot: str, rate: int, seconds: float, root: str) -> list[float]:
+    """The floor's detection latency: events produced live at ``rate``/s (the monitor's
+    latency run's producer, with its marker every second), and for each marker the time from
+    its production to the end of the first micro-batch whose output carries an event as new
+    (the floor reads no values: a batch that read the marker's Kafka timestamp, or a later
+    one, has seen it). Sorted seconds."""
+    import multiprocessing as mp
+
+    topic = f"bench-floor-live-{uuid.uuid4().hex[:8]}"
+    bm.create_topic(boot, topic, 4)
+    done: list[tuple[float, float]] = []  # (wall clock at the batch's end, newest event time)
+
+    def on_batch(rows: list[Any]) -> None:
+        stamps = [r.latest.timestamp() for r in rows if r.latest is not None]
+        if stamps:
+            done.append((time.time(), max(stamps)))
+
+    q = floor_query(spark, boot, topic, 1 << 30, f"{root}/ck-live", "latest", on_batch)
+    ctx = mp.get_context("spawn")
+    marks, warm = ctx.Queue(), ctx.Event()
+    prod = ctx.Process(target=bm._live_producer, args=(boot, topic, rate, seconds, 1.0, warm,
+                                                       marks))
+    prod.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and bm._busy_batches(q) < bm.WARM_BATCHES:
+        time.sleep(0.5)
+    warm.set()
+    bm.say(f"  floor warm after {bm._busy_batches(q)} batches; measuring for {seconds:.0f} s")
+    produced: list[float] = []
+    end = time.monotonic() + seconds + 120
+    while time.monotonic() < end:
+        x = marks.get()
+        if x is None:
+            break
+        if isinstance(x, float):
+            produced.append(x)
+    time.sleep(5)  # the last markers' batches
+    prod.join(30)
+    q.stop()
+    lat = []
+    for t in produced:
+        # Kafka timestamps are milliseconds, taken as the marker was produced
+        seen = [end_t for end_t, newest in done if newest >= t - 0.002]
+        if seen:
+            lat.append(min(seen) - t)
+    return sorted(lat)
 
 
 def measure(spark: Any, boot: str, topic: str, rate: int, root: str) -> None:

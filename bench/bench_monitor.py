@@ -400,6 +400,9 @@ def main() -> int:
     ap.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                     help="a monitor setting for the latency runs (repeatable), e.g. "
                          "txn.trigger=15s")
+    ap.add_argument("--floor-rate", type=int, default=5000,
+                    help="the rate of the floor's latency run (0: none), compared with the "
+                         "monitor's latency at the same rate")
     ap.add_argument("--skip-ceiling", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     args = ap.parse_args()
@@ -425,6 +428,13 @@ def main() -> int:
         lats = {rate: latency(spark, boot, root, rate, args.latency_seconds, args.trigger,
                               settings)
                 for rate in (int(x) for x in args.latency_rates.split(","))}
+        floor: list[float] = []
+        if args.floor_rate:
+            import bench_floor
+
+            say(f"[floor latency] the empty pipeline at {args.floor_rate:,} events/s ({load()})")
+            floor = bench_floor.latency(spark, boot, args.floor_rate, args.latency_seconds,
+                                        str(root))
     finally:
         spark.stop()
         if cluster is not None and os.environ.get("KMON_KEEP_CLUSTER") != "1":
@@ -458,6 +468,14 @@ def main() -> int:
         if lat["batches"]:
             say(f"  micro-batches at {rate:,}/s: median {statistics.median(lat['batches']):.2f} s"
                 f"; CPU while measured: {lat['cpu']}")
+    if floor:
+        say(f"floor (bench_floor.py's empty pipeline) at {args.floor_rate:,} events/s, event "
+            f"produced -> its batch done: p50 {pct(floor, 50):.2f} s, p99 {pct(floor, 99):.2f} s"
+            f" over {len(floor)} markers")
+        mon = lats.get(args.floor_rate, {}).get("latencies")
+        if mon:
+            say(f"latency over the floor at {args.floor_rate:,} events/s: monitor p99 / floor p99"
+                f" = {pct(mon, 99) / pct(floor, 99):.2f}x (target at most 1.5x)")
     return 0
 
 

@@ -19,6 +19,7 @@ Keys (``KEYS`` has each key's meaning; ``docs/monitor.md`` the full table):
   ``topics.min.insync.replicas``, ``topics.retention.anomalies``/``.facts``/``.dead-letters``;
 - ``metrics.drained.after``: how long a settled key without events keeps its series;
 - ``state.partitions``: partitions (parallel tasks) of the stateful stages;
+- ``state.page.slots``: offsets per page of a key's window in the state store;
 - timing: ``trigger``, ``watermark.delay``, ``grace``, ``unseen.grace``, ``max.future.skew``;
 - share groups (KIP-932), as the groups are configured: ``share.lock``,
   ``share.delivery.limit``, ``share.skew``;
@@ -38,6 +39,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kmon.streaming.state_pages import DEFAULT_PAGE_SLOTS, check_page_slots
 
 ENV_CONFIG = "KMON_MONITOR_CONFIG"
 # share.delivery.limit's most: the deliveries the checker keeps per record
@@ -100,6 +103,9 @@ KEYS: dict[str, tuple[Any, str]] = {
     "state.partitions": ("auto", "partitions of both stateful stages, so at most this many "
                                  "tasks fold at once; fixed when a checkpoint is created (auto: "
                                  "the cores of local[N]; on a cluster its cores, at least 16)"),
+    "state.page.slots": (DEFAULT_PAGE_SLOTS, "offsets per page of a key's window in the state "
+                                             "store: a batch rewrites only the pages it changed "
+                                             "(0: each key's state as one value)"),
 }
 REQUIRED = ("kafka.bootstrap.servers", "checkpoint")
 PREFIXES = {
@@ -141,6 +147,14 @@ def _int(key: str, value: Any, lo: int, hi: int) -> int:
     if not lo <= n <= hi:
         raise ConfigError(f"{key}: must be in {lo}..{hi}, got {n}")
     return n
+
+
+def _page_slots(value: Any) -> int:
+    n = _int("state.page.slots", value, 0, 1 << 24)
+    try:
+        return check_page_slots(n)
+    except ValueError as e:
+        raise ConfigError(f"state.page.slots: {e}") from None
 
 
 AUTO = "auto"
@@ -238,6 +252,7 @@ class MonitorConfig:
     share_delivery_limit: int = 5
     share_skew_s: float = 1.0
     state_partitions: int | None = None  # None: auto (``state_partitions_for``)
+    state_page_slots: int = DEFAULT_PAGE_SLOTS
     source_options: dict[str, str] = field(default_factory=dict)
     producer_config: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -411,6 +426,7 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
         share_delivery_limit=share_limit,
         share_skew_s=share_skew,
         state_partitions=_auto_int("state.partitions", settings["state.partitions"], 1, 10_000),
+        state_page_slots=_page_slots(settings["state.page.slots"]),
         source_options=passthrough["source."],
         producer_config=passthrough["producer."],
         spark_conf=passthrough["spark."],

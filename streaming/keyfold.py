@@ -5,7 +5,8 @@ in and out; everything here is testable without a JVM.
 
 One call per key per micro-batch (``KeyFold.batch``) or per expired timer (``KeyFold.wake``):
 
-1. ``load`` the key's one state value (the checker's ``KeyState`` bytes plus this adapter's
+1. ``load`` the key's state (the checker's ``KeyState``, its window's cold pages apart:
+   ``state_pages``; plus this adapter's
    extras: the key's placement (topic, partition and its latest leader broker, with the op
    index that told it), the timer it has registered, the verdicts it has reported, each live
    consumer's latest realtime lag);
@@ -26,7 +27,7 @@ from __future__ import annotations
 import bisect
 import pickle
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from kmon.checker.sink import Sink
 from kmon.checker.state import INF, KeyState
 from kmon.history.fragment import Fragment
 from kmon.streaming import evidence as ev
+from kmon.streaming import state_pages
 
 # Output row kinds.
 ANOMALY = "anomaly"
@@ -52,12 +54,12 @@ DEAD = "dead"
 OUTPUT_COLUMNS = (
     "kind", "probe", "key", "topic", "part", "broker", "atype", "id", "verdict", "upd",
     "decided", "writer", "body", "unseen", "lag", "e2e", "e2e_sum", "frags", "state_bytes",
-    "raw", "settled",
+    "state_written", "raw", "settled",
 )
 
-# 3: the extras carry each process's last folded op index (2: not; 1: nor the leader broker
-# and the op index of the placement).
-_STATE_VERSION = 3
+# 4: the checker's state as a body dict, its window's cold pages apart (``state_pages``);
+# 3: as bytes (the versions: ``KeyFold.from_parts``).
+_STATE_VERSION = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class FoldSettings:
     share_lock_ns: int = share.DEFAULT_SETTINGS.lock_ns
     share_delivery_limit: int = share.DEFAULT_SETTINGS.limit
     share_skew_ns: int = share.DEFAULT_SETTINGS.skew_ns
+    page_slots: int = state_pages.DEFAULT_PAGE_SLOTS  # ``state.page.slots``
 
     def fold_config(self) -> FoldConfig:
         shares = share.ShareSettings(self.share_lock_ns, self.share_delivery_limit,
@@ -94,8 +97,8 @@ class FoldSettings:
 class KeyFold:
     """One key's state and the adapter's extras, for one call."""
 
-    __slots__ = ("facts", "lags", "last_ops", "leader", "partition", "placed", "probe",
-                 "settings", "st", "timer_ms", "topic", "verdicts")
+    __slots__ = ("facts", "lags", "last_ops", "leader", "pages", "partition", "placed",
+                 "probe", "settings", "st", "timer_ms", "topic", "verdicts")
 
     def __init__(self, probe: str, key: Any, settings: FoldSettings) -> None:
         self.settings = settings
@@ -110,21 +113,47 @@ class KeyFold:
         self.lags: dict[Any, tuple[int, int]] = {}  # process -> (invoke time, lag ns)
         self.facts: list[dict[str, Any]] = []  # this call's facts for stage 2 (not state)
         self.last_ops: dict[Any, int] = {}  # process -> op index of its last folded fragment
+        self.pages: dict[int, state_pages.Page] = {}  # the cold pages the store holds
 
     # -- persistence ----------------------------------------------------------------------
     def to_bytes(self) -> bytes:
+        """The whole state as one value (no pages)."""
+        return self.to_parts(0).head
+
+    def to_parts(self, page_slots: int) -> Saved:
+        """The state as a head and its cold window pages (``state_pages``; ``page_slots`` 0:
+        all in the head), with the page writes that take the store from ``pages`` there."""
+        cut = state_pages.split(self.st.to_body(), page_slots)
+        pages, writes = state_pages.changes(self.pages, cut.pages)
         extra = (_STATE_VERSION, self.topic, self.partition, self.leader, self.placed,
-                 self.timer_ms, self.verdicts.to_state(), self.lags, self.last_ops)
-        return pickle.dumps((self.st.to_bytes(), extra), protocol=5)
+                 self.timer_ms, self.verdicts.to_state(), self.lags, self.last_ops,
+                 state_pages.tokens(pages))
+        return Saved(pickle.dumps((cut.head, extra), protocol=5), pages, writes)
 
     @classmethod
     def from_bytes(cls, probe: str, data: bytes, settings: FoldSettings) -> KeyFold:
-        """A key's state as ``to_bytes`` wrote it, this version or version 1 (saved before
-        placements carried the leader: it is unknown until the key's next placement)."""
-        fold_bytes, extra = pickle.loads(data)
+        """A key's state saved whole (``to_bytes``, or any earlier version)."""
+        return cls.from_parts(probe, data, _no_pages, settings)
+
+    @classmethod
+    def from_parts(cls, probe: str, head: bytes,
+                   read_pages: Callable[[dict[int, int]], dict[int, state_pages.Page]],
+                   settings: FoldSettings) -> KeyFold:
+        """A key's state from its head (``to_parts``, or a whole state of any earlier version)
+        and, only when the head has some, its cold pages: ``read_pages`` is given the tokens
+        the head lists (page number -> token) and returns the pages, kept as ``pages`` for
+        the next save to write only what changed.
+
+        Versions: 4 keeps the checker's state as a body dict, cold pages apart; 3 and earlier
+        as one bytes value; 2 has no last op per process; 1 not the leader broker and the op
+        index of the placement either (unknown until the key's next placement)."""
+        body, extra = pickle.loads(head)
         version = extra[0]
         last_ops: dict[Any, int] = {}
+        tokens: dict[int, int] = {}
         if version == _STATE_VERSION:
+            _, topic, partition, leader, placed, timer_ms, verdicts, lags, last_ops, tokens = extra
+        elif version == 3:
             _, topic, partition, leader, placed, timer_ms, verdicts, lags, last_ops = extra
         elif version == 2:
             _, topic, partition, leader, placed, timer_ms, verdicts, lags = extra
@@ -134,7 +163,12 @@ class KeyFold:
         else:
             raise ValueError(f"unknown key fold state version {version!r}")
         kf = cls(probe, None, settings)
-        kf.st = KeyState.from_bytes(fold_bytes)
+        if isinstance(body, bytes):  # versions 1-3: the checker's own bytes
+            kf.st = KeyState.from_bytes(body)
+        else:
+            kf.pages = read_pages(tokens) if tokens else {}
+            data = {p: page.data for p, page in kf.pages.items()}
+            kf.st = KeyState.from_body(state_pages.join(body, data))
         kf.topic, kf.partition, kf.timer_ms = topic, partition, timer_ms
         kf.leader, kf.placed = leader, placed
         kf.verdicts = ev.Verdicts.from_state(verdicts, settings.verdict_memory)
@@ -305,6 +339,28 @@ class KeyFold:
                "topic": self.topic, "part": self.partition, "broker": self.leader}
         row.update(fields)
         return row
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A key's state as ``KeyFold.to_parts`` cut it: the head value, every cold page, and the
+    page writes a store needs (against the pages the key was loaded with)."""
+
+    head: bytes
+    pages: dict[int, state_pages.Page]
+    writes: state_pages.PageWrites
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.head) + sum(len(p.data) for p in self.pages.values())
+
+    @property
+    def written(self) -> int:
+        return len(self.head) + self.writes.nbytes
+
+
+def _no_pages(tokens: dict[int, int]) -> dict[int, state_pages.Page]:
+    raise ValueError(f"a state with window pages ({len(tokens)}) read as a whole value")
 
 
 def _json_text(x: Any) -> str:

@@ -82,6 +82,7 @@ INPUT_RATE = "kmon_monitor_input_events_per_second"
 BATCH_DURATION = "kmon_monitor_batch_duration_seconds"
 STATE_ROWS = "kmon_monitor_state_rows"
 STATE_BYTES = "kmon_monitor_state_bytes"
+STATE_WRITTEN = "kmon_monitor_state_written_bytes_total"
 WATERMARK_DELAY = "kmon_monitor_watermark_delay_seconds"
 LAST_BATCH = "kmon_monitor_last_batch_timestamp_seconds"
 START = "kmon_monitor_start_timestamp_seconds"
@@ -203,6 +204,7 @@ class MonitorMetrics(Collector):
         self.lags: dict[str, KeyGauge] = {}  # key id -> its latest labels and lag (s)
         self.e2e: dict[tuple[str, str], Histogram] = {}  # (topic, broker) ->
         self.events = 0
+        self.state_written = 0  # bytes the per-key stage put in its state store
         self.input_rate = 0.0
         self.batch_duration = Histogram(BATCH_BUCKETS)
         self.state_rows: dict[str, int] = {}
@@ -297,6 +299,10 @@ class MonitorMetrics(Collector):
                 h = self.e2e[(topic, broker)] = Histogram(E2E_BUCKETS)
             h.add_counts(counts, total_s)
 
+    def wrote_state(self, nbytes: int) -> None:
+        with self.lock:
+            self.state_written += nbytes
+
     def dead_letter(self, reason: str, n: int = 1) -> None:
         with self.lock:
             self.dead_letters[reason] = self.dead_letters.get(reason, 0) + n
@@ -328,6 +334,7 @@ class MonitorMetrics(Collector):
                 "lags": {k: list(v) for k, v in self.lags.items()},
                 "e2e_by_broker": [[t, b, h.to_json()] for (t, b), h in self.e2e.items()],
                 "events": self.events,
+                "state_written": self.state_written,
                 "batch_duration": self.batch_duration.to_json(),
                 "dead_letters": dict(self.dead_letters),
                 "detection": {a: h.to_json() for a, h in self.detection.items()},
@@ -355,6 +362,7 @@ class MonitorMetrics(Collector):
                 self.e2e[(t, b)] = Histogram(E2E_BUCKETS)
                 self.e2e[(t, b)].load(raw)
             self.events = int(data.get("events", 0))
+            self.state_written = int(data.get("state_written", 0))
             if "batch_duration" in data:
                 self.batch_duration.load(data["batch_duration"])
             self.dead_letters = {r: int(n) for r, n in data.get("dead_letters", {}).items()}
@@ -447,6 +455,11 @@ class MonitorMetrics(Collector):
             for op, n in sorted(self.state_bytes.items()):
                 g.add_metric([cl, op], n)
             yield g
+            c = CounterMetricFamily(STATE_WRITTEN, "Bytes the per-key stage put in its state "
+                                    "store (key heads and changed window pages).",
+                                    labels=["cluster"])
+            c.add_metric([cl], self.state_written)
+            yield c
             if self.watermark_delay is not None:
                 g = GaugeMetricFamily(WATERMARK_DELAY,
                                       "Wall clock minus the event-time watermark.",

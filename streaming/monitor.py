@@ -63,6 +63,7 @@ def fold_settings(cfg: MonitorConfig) -> FoldSettings:
         share_lock_ns=round(cfg.share_lock_s * 1e9),
         share_delivery_limit=cfg.share_delivery_limit,
         share_skew_ns=round(cfg.share_skew_s * 1e9),
+        page_slots=cfg.state_page_slots,
     )
 
 

@@ -229,6 +229,9 @@ class Outputs:
         self.metrics.key_stats(key_id, topic, part, unseen, lag, broker=broker,
                                settled=bool(r["settled"]), at=self.clock())
         self.key_state_bytes[key_id] = r["state_bytes"] or 0
+        written = r["state_written"] or 0
+        if written:
+            counts.append(lambda: self.metrics.wrote_state(written))
         e2e = r["e2e"]
         if e2e and any(e2e):
             total = (r["e2e_sum"] or 0) / 1e9

@@ -11,9 +11,11 @@ Why ``transformWithState`` (Spark 4's arbitrary state API v2, its Row flavour) a
   ``decode.key_rows``), so nothing is filtered; TWS still reads the query's watermark.
 - **Typed, evolvable state** in the RocksDB store, readable offline with the state data source
   (``format("statestore")``) for investigations, and state schema checks on restart.
-- **Cost shape.** State calls go over a local socket (tens of microseconds each), so each call
-  here does at most one ``get``, one ``update`` and one timer change per key and micro-batch,
-  whatever the number of events: the key's whole ``KeyState`` is one binary value.
+- **Cost shape.** State calls go over a local socket to the JVM's state server (about a
+  millisecond each from a busy Python worker), so each call here does one ``get`` and one
+  ``update`` of the key's head and at most one timer change per key and micro-batch, whatever
+  the number of events; a busy key's cold window pages (``state_pages``) are put only when
+  changed, and read only when this worker's copy is not the stored one.
 
 Why Rows and not ``transformWithStateInPandas``: a key brings a few rows per micro-batch (its
 fragments, pickled, in one binary value per Arrow batch of events) and yields a few rows, so
@@ -43,7 +45,7 @@ from pyspark.sql.types import (
 )
 
 from kmon.history.fragment import Fragment
-from kmon.streaming import collector, decode
+from kmon.streaming import collector, decode, state_pages
 from kmon.streaming import evidence as ev
 from kmon.streaming.config import TXN_BUCKETS
 from kmon.streaming.keyfold import (
@@ -57,6 +59,10 @@ from kmon.streaming.keyfold import (
 from kmon.streaming.txnfold import TxnBucket, facts_of
 
 STATE_SCHEMA = StructType([StructField("data", BinaryType(), False)])
+PAGE_KEY_SCHEMA = StructType([StructField("page", LongType(), False)])
+# Cold window pages this Python worker last saved or loaded (Spark reuses workers across
+# tasks and micro-batches): a key whose head lists the same tokens skips reading them.
+PAGE_CACHE = state_pages.PageCache(256 << 20)
 
 OUTPUT_SCHEMA = StructType([
     StructField("kind", StringType()),
@@ -78,6 +84,7 @@ OUTPUT_SCHEMA = StructType([
     StructField("e2e_sum", LongType()),
     StructField("frags", LongType()),
     StructField("state_bytes", LongType()),
+    StructField("state_written", LongType()),  # stats: bytes this call put in the state store
     StructField("raw", BinaryType()),  # dead letters: the event as it arrived
     StructField("settled", BooleanType()),  # stats: no timer left (nothing to judge)
 ])
@@ -128,8 +135,7 @@ class _Timed(StatefulProcessor):
         old = obj.timer_ms
         new = timer_to_keep(old, obj.next_timer_ms(watermark_ns), watermark_ns)
         obj.timer_ms = new
-        data = obj.to_bytes()
-        self.state.update((data,))
+        size, written = self._store(obj)
         if new != old:
             if old is not None:
                 self.handle.deleteTimer(old)
@@ -137,8 +143,14 @@ class _Timed(StatefulProcessor):
                 self.handle.registerTimer(new)
         for r in rows:
             if r["kind"] == "stats":
-                r["state_bytes"] = len(data)
+                r["state_bytes"], r["state_written"] = size, written
                 r["settled"] = new is None
+
+    def _store(self, obj: Any) -> tuple[int, int]:
+        """Put ``obj``'s state in the store: (its size, the bytes written), in bytes."""
+        data = obj.to_bytes()
+        self.state.update((data,))
+        return len(data), len(data)
 
     def close(self) -> None:
         pass
@@ -163,8 +175,9 @@ class _Profile:
     every = 20_000
     totals: ClassVar[dict[str, float]] = {}  # this worker process's, since its last report
 
-    def __init__(self) -> None:
+    def __init__(self, tag: str = "") -> None:
         self.t = 0.0
+        self.tag = tag  # names the reports' source (the processor's state layout)
 
     def start(self) -> None:
         """A task begins (``init``): laps are measured from now."""
@@ -178,13 +191,17 @@ class _Profile:
             self.totals[phase] = self.totals.get(phase, 0.0) + t - self.t
             self.t = t
 
+    def add(self, counter: str, n: int) -> None:
+        if self.enabled:
+            self.totals[counter] = self.totals.get(counter, 0) + n
+
     def count(self, n: int) -> None:
         if self.enabled:
             acc = self.totals
             acc["keys"] = acc.get("keys", 0) + 1
             acc["fragments"] = acc.get("fragments", 0) + n
             if acc["fragments"] >= self.every:
-                print("kmon-monitor-profile", {k: round(v, 3) for k, v in acc.items()},
+                print("kmon-monitor-profile", self.tag, {k: round(v, 3) for k, v in acc.items()},
                       file=sys.stderr, flush=True)
                 acc.clear()
 
@@ -194,11 +211,48 @@ class KeyFoldProcessor(_Timed):
 
     def __init__(self, settings: FoldSettings) -> None:
         self.settings = settings
-        self.profile = _Profile()
+        self.profile = _Profile(f"page.slots={settings.page_slots}")
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         super().init(handle)
+        # The key's cold window pages (``state_pages``): page number -> bytes.
+        self.pages = handle.getMapState("pages", PAGE_KEY_SCHEMA, STATE_SCHEMA)
+        self.key: tuple[Any, ...] = ()  # the grouping key of the call in progress
         self.profile.start()
+
+    def _read_pages(self, tokens: dict[int, int]) -> dict[int, state_pages.Page]:
+        """The key's cold pages: this worker's copy when the head's tokens match it, else the
+        store's (then kept as the copy)."""
+        key = self.key
+        pages = PAGE_CACHE.get(key, tokens)
+        self.profile.add("page-misses" if pages is None else "page-hits", 1)
+        if pages is None:
+            pages = {k[0]: state_pages.Page(tokens[k[0]], bytes(v[0]))
+                     for k, v in self.pages.iterator() if k[0] in tokens}
+            PAGE_CACHE.put(key, pages)
+        return pages
+
+    def _fold_of(self, key: tuple[Any, ...]) -> KeyFold | None:
+        """The grouping key's state (None: it has none), which this call then saves."""
+        self.key = key
+        probe = key[0]
+        data = self._load()
+        if data is None:
+            return None
+        return KeyFold.from_parts(probe, data, self._read_pages, self.settings)
+
+    def _store(self, kf: KeyFold) -> tuple[int, int]:
+        """The head, and only the pages whose bytes changed; compacted pages removed."""
+        saved = kf.to_parts(self.settings.page_slots)
+        self.profile.add("page-puts", len(saved.writes.put))
+        for p, page in saved.writes.put.items():
+            self.pages.updateValue((p,), (page.data,))
+        for p in saved.writes.removed:
+            self.pages.removeKey((p,))
+        self.state.update((saved.head,))
+        kf.pages = saved.pages
+        PAGE_CACHE.put(self.key, saved.pages)
+        return saved.nbytes, saved.written
 
     def close(self) -> None:
         self.profile.lap("spark")  # after the last key: the task's timers and output
@@ -217,9 +271,7 @@ class KeyFoldProcessor(_Timed):
             k = decode.key_of(kl, ks)
             frags, placement = key_fragments(k, rows)
             prof.lap("frames")
-            data = self._load()
-            kf = KeyFold(probe, k, self.settings) if data is None else KeyFold.from_bytes(
-                probe, data, self.settings)
+            kf = self._fold_of(tuple(key)) or KeyFold(probe, k, self.settings)
             prof.lap("load")
             wm = _watermark_ns(timerValues)
             out = kf.batch(frags, placement, wm)
@@ -234,10 +286,11 @@ class KeyFoldProcessor(_Timed):
     def handleExpiredTimer(self, key: Any, timerValues: Any,
                            expiredTimerInfo: Any) -> Iterator[Row]:
         probe = key[0]
-        data = self._load()
-        if probe in (decode.DEAD_PROBE, decode.CLOCK_PROBE) or data is None:
+        if probe in (decode.DEAD_PROBE, decode.CLOCK_PROBE):
             return
-        kf = KeyFold.from_bytes(probe, data, self.settings)
+        kf = self._fold_of(tuple(key))
+        if kf is None:
+            return
         wm = _watermark_ns(timerValues)
         out = kf.wake(wm)
         self._save(kf, wm, out)

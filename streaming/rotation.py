@@ -40,7 +40,8 @@ def stats(key: int, *, settled: bool, e2e: bool = True) -> dict[str, Any]:
     """A stats row of key ``key``, alone on its probe topic ``probe-<key>``."""
     return {"kind": STATS, "probe": "p", "key": str(key), "topic": f"probe-{key}", "part": 0,
             "broker": key % 3, "unseen": 1, "lag": 5_000_000, "e2e_sum": 10_000_000,
-            "e2e": [1] + [0] * 15 if e2e else None, "state_bytes": 100, "settled": settled}
+            "e2e": [1] + [0] * 15 if e2e else None, "state_bytes": 100, "state_written": 100,
+            "settled": settled}
 
 
 def keyed_series(m: MonitorMetrics) -> int:

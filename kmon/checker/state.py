@@ -492,7 +492,16 @@ class KeyState:
     @classmethod
     def from_bytes(cls, data: bytes) -> KeyState:
         """A state as ``to_bytes`` saved it, this release or the previous (``state_format``)."""
-        body = state_format.read(data)
-        st = cls(body["key"])
+        return cls.from_body(state_format.read(data))
+
+    def to_body(self) -> dict[str, Any]:
+        """``to_bytes`` before pickling (``state_format.body_of``), for a store that keeps the
+        window's tables in parts."""
+        return state_format.body_of(self)
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> KeyState:
+        """A state from ``to_body``'s dict (or the previous release's)."""
+        st = cls(state_format.checked(body)["key"])
         state_format.load(st, body)
         return st

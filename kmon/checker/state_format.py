@@ -37,6 +37,7 @@ from kmon.checker.flags import READ_OK
 from kmon.checker.offsets import group_of
 from kmon.checker.records import PROC_FIELDS, ProcPos, loose_of, pending_read_of
 from kmon.checker.share import log_of
+from kmon.checker.window import BLOCK_BITS, CHUNK_BITS
 from kmon.checker.window_codec import NO_WRITER
 
 if TYPE_CHECKING:  # (state.py imports this module)
@@ -46,6 +47,10 @@ VERSION: Final = 3
 
 # The packed tables, in the order ``KeyState.tables`` gives them.
 TABLES: Final = ("val", "flg", "wref", "atime", "ctime", "amin", "bmin", "index")
+# How each table but the index follows the window (``window.py``): an entry per slot, per chunk
+# (CHUNK_BITS) or per block (BLOCK_BITS) of offsets from ``base``: (table, bits per entry).
+WINDOW_TABLES: Final = (("val", 0), ("flg", 0), ("wref", 0), ("atime", 0),
+                        ("ctime", CHUNK_BITS), ("amin", CHUNK_BITS), ("bmin", BLOCK_BITS))
 # (twins last: version 2 states end before it)
 SCALARS: Final = ("base", "compacted", "ibase", "iused", "frontier", "frontier_op", "late",
                   "unseen_decided", "unseen_from", "max_time", "last_revealed", "obase", "tunit",
@@ -62,6 +67,12 @@ _V2_NO_WRITER: Final = -(1 << 63)
 
 def dump(st: KeyState) -> bytes:
     """``st`` in the current format."""
+    return pickle.dumps(body_of(st), protocol=5)
+
+
+def body_of(st: KeyState) -> dict[str, Any]:
+    """``st`` as the dict ``dump`` pickles: a state store that keeps the window's tables in
+    pages (the monitor's, ``streaming/state_pages.py``) splits its ``arrays`` first."""
     procs = {p: tuple(getattr(pp, s) for s in PROC_FIELDS) for p, pp in st.procs.items()}
     body = {
         "v": VERSION,
@@ -80,13 +91,17 @@ def dump(st: KeyState) -> bytes:
         body["groups"] = {name: g.rows() for name, g in st.groups.items()}
     if st.shares:
         body["shares"] = {name: g.rows() for name, g in st.shares.items()}
-    return pickle.dumps(body, protocol=5)
+    return body
 
 
 def read(data: bytes) -> dict[str, Any]:
     """The saved body (its ``key`` makes the fresh state ``load`` fills); a ValueError for a
     version this release does not know."""
-    body = pickle.loads(data)
+    return checked(pickle.loads(data))
+
+
+def checked(body: dict[str, Any]) -> dict[str, Any]:
+    """``body``, or a ValueError when its version is not one this release loads."""
     version = body.get("v")
     if version not in (2, VERSION):
         raise ValueError(f"unknown key state version {version!r}")

@@ -175,7 +175,10 @@ def test_the_monitor_on_a_cluster_without_kmon_survives_an_executor_and_a_driver
     monitor = MonitorProcess(
         local_cluster, tmp_path, f"sa-{tag}", local_cluster.ports.metrics(MONITOR_SLOT),
         settings={"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
-                  "spark.eventLog.dir": eventlog.as_uri()})
+                  "spark.eventLog.dir": eventlog.as_uri(),
+                  # pages of one chunk: the lagging readers' keys get cold window pages,
+                  # read back on the other executor and after the driver's restart
+                  "state.page.slots": "256"})
     # The driver is kmon's own process (its virtualenv); the workers get the archive.
     on_standalone(monitor, standalone, kmon_archive)
     bootstrap = local_cluster.bootstrap

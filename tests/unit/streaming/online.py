@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kmon.checker.state import INF
+from kmon.checker.state import CHUNK, INF
 from kmon.history.events import event_of
 from kmon.history.model import Op
+from kmon.streaming import state_pages
 from kmon.streaming.keyfold import ANOMALY, FACT, STATS, UNSEEN, FoldSettings, KeyFold
 from kmon.streaming.metrics import E2E_BUCKETS
 from kmon.streaming.txnfold import TxnBucket
@@ -24,15 +25,64 @@ SECOND = 1_000_000_000
 END = INF // 2  # a watermark past every deadline
 
 
-def settings(grace: int = SECOND, unseen: int | None = None, **share: int) -> FoldSettings:
-    """``share``: FoldSettings' share_lock_ns, share_delivery_limit, share_skew_ns."""
+# Pages of one chunk: short histories still cut their keys' windows into several pages.
+PAGE_SLOTS = CHUNK
+
+
+def settings(grace: int = SECOND, unseen: int | None = None, **more: int) -> FoldSettings:
+    """``more``: FoldSettings' share_lock_ns, share_delivery_limit, share_skew_ns, page_slots
+    (default ``PAGE_SLOTS``)."""
+    more.setdefault("page_slots", PAGE_SLOTS)
     return FoldSettings(grace_ns=grace, unseen_grace_ns=unseen,
-                        e2e_buckets_ns=tuple(int(b * 1e9) for b in E2E_BUCKETS), **share)
+                        e2e_buckets_ns=tuple(int(b * 1e9) for b in E2E_BUCKETS), **more)
+
+
+class KeyStore:
+    """Keys' state as the processor keeps it: a head value and a map of cold window pages per
+    key, written only where ``KeyFold.to_parts`` says (what ``KeyFoldProcessor._store`` does),
+    and read back from the store or, when its tokens match, from a worker's ``PageCache``."""
+
+    def __init__(self, cache: state_pages.PageCache | None = None) -> None:
+        self.heads: dict[Any, bytes] = {}
+        self.pages: dict[Any, dict[int, bytes]] = {}
+        self.written = 0  # bytes put, heads and pages
+        self.cache = cache
+
+    def load(self, probe: str, key: Any, s: FoldSettings) -> KeyFold:
+        head = self.heads.get(key)
+        if head is None:
+            return KeyFold(probe, key, s)
+
+        def read(tokens: dict[int, int]) -> dict[int, state_pages.Page]:
+            got = self.cache.get(key, tokens) if self.cache else None
+            if got is None:
+                got = {p: state_pages.Page(tokens[p], b) for p, b in self.pages[key].items()}
+            return got
+
+        return KeyFold.from_parts(probe, head, read, s)
+
+    def save(self, key: Any, kf: KeyFold) -> None:
+        saved = kf.to_parts(kf.settings.page_slots)
+        stored = self.pages.setdefault(key, {})
+        stored.update({p: page.data for p, page in saved.writes.put.items()})
+        for p in saved.writes.removed:
+            del stored[p]
+        # what was loaded, with the changes, is the new state
+        assert stored == {p: page.data for p, page in saved.pages.items()}
+        self.heads[key] = saved.head
+        kf.pages = saved.pages
+        if self.cache:
+            self.cache.put(key, saved.pages)
+        self.written += saved.written
+
+    def size(self, key: Any) -> int:
+        return len(self.heads[key]) + sum(map(len, self.pages.get(key, {}).values()))
 
 
 def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SECOND,
                unseen: int | None = None, delay: int = 0, buckets: int = 4, end: int = END,
-               s: FoldSettings | None = None) -> dict[str, list]:
+               s: FoldSettings | None = None,
+               cache: state_pages.PageCache | None = None) -> dict[str, list]:
     """Evidence (parsed) and stats rows of ``ops`` checked online in batches of ``batch`` ops,
     and ``state_bytes``: after each batch, the largest key's serialized state (what the monitor
     keeps in its state store).
@@ -43,7 +93,7 @@ def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SEC
     end leaves running has expired.) ``s``: the settings (else ``settings(grace, unseen)``).
     """
     s = settings(grace, unseen) if s is None else s
-    keys: dict[Any, bytes] = {}
+    keys = KeyStore(cache)
     txns: dict[int, bytes] = {}
     out: dict[str, list] = {"evidence": [], "stats": [], "facts": [], "state_bytes": []}
     max_time = 0
@@ -58,23 +108,24 @@ def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SEC
             for fr in event_of(op).frags:
                 frags.setdefault(fr.key, []).append(fr)
         _stage1(frags, keys, s, probe, watermark, out)
-        out["state_bytes"].append(max(map(len, keys.values()), default=0))
+        out["state_bytes"].append(max(map(keys.size, keys.heads), default=0))
         _stage2(out, txns, probe, grace, buckets)
         watermark = max(watermark, max_time - delay)
-    for key in list(keys):  # timers firing at the end
-        kf = KeyFold.from_bytes(probe, keys[key], s)
+    for key in list(keys.heads):  # timers firing at the end
+        kf = keys.load(probe, key, s)
         _collect(kf.wake(end), out)
-        keys[key] = kf.to_bytes()
+        keys.save(key, kf)
     _stage2(out, txns, probe, grace, buckets)
+    out["written"] = [keys.written]
     return out
 
 
-def _stage1(frags: dict, keys: dict, s: FoldSettings, probe: str, wm: int, out: dict) -> None:
+def _stage1(frags: dict, keys: KeyStore, s: FoldSettings, probe: str, wm: int,
+            out: dict) -> None:
     for key, frs in frags.items():
-        data = keys.get(key)
-        kf = KeyFold(probe, key, s) if data is None else KeyFold.from_bytes(probe, data, s)
+        kf = keys.load(probe, key, s)
         _collect(kf.batch(frs, None, wm), out)
-        keys[key] = kf.to_bytes()
+        keys.save(key, kf)
 
 
 def _stage2(out: dict, txns: dict, probe: str, grace: int, buckets: int) -> None:

@@ -69,6 +69,8 @@ def test_config_path_from_environment(tmp_path) -> None:
     (["txn.max.writers=3"], "txn.max.writers"),
     (["state.partitions=0"], "state.partitions"),
     (["state.partitions=many"], "state.partitions"),
+    (["state.page.slots=100"], "state.page.slots"),
+    (["state.page.slots=-256"], "state.page.slots"),
     (["tirgger=1s"], "tirgger"),
     (["share.lock=0"], "share.lock"),
     (["share.lock=long"], "share.lock"),

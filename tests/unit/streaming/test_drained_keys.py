@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kmon.streaming.keyfold import STATS
+from kmon.streaming.keyfold import STATS, Saved
 from kmon.streaming.metrics import MonitorMetrics, registry_with
 from kmon.streaming.outputs import KEYS
 from kmon.streaming.rotation import Clock, outputs, rotate, stats
+from kmon.streaming.state_pages import PageWrites
 
 HOUR = 3600.0
 
@@ -138,6 +139,9 @@ class FakeHandle:
     def getValueState(self, name: str, schema: Any) -> FakeState:  # Spark's names
         return FakeState()
 
+    def getMapState(self, name: str, key_schema: Any, schema: Any) -> dict:
+        return {}
+
     def registerTimer(self, ms: int) -> None:
         self.timers.add(ms)
 
@@ -151,12 +155,13 @@ class Folded:
     def __init__(self, nxt: int | None) -> None:
         self.timer_ms: int | None = None
         self.nxt = nxt
+        self.pages: dict[int, bytes] = {}
 
     def next_timer_ms(self, watermark_ns: int) -> int | None:
         return self.nxt
 
-    def to_bytes(self) -> bytes:
-        return b"state"
+    def to_parts(self, page_slots: int) -> Saved:
+        return Saved(b"state", {}, PageWrites({}, []))
 
 
 def test_the_processor_marks_a_key_settled_when_it_needs_no_timer() -> None:

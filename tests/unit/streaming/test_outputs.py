@@ -55,7 +55,7 @@ def _row(kind: str, **kw):
             "atype": None,
             "id": None, "verdict": None, "upd": False, "decided": None, "writer": None,
             "body": None, "unseen": None, "lag": None, "e2e": None, "e2e_sum": None,
-            "frags": 0, "state_bytes": 0, "raw": None, "settled": False}
+            "frags": 0, "state_bytes": 0, "state_written": 0, "raw": None, "settled": False}
     base.update(kw)
     return base
 
