@@ -133,7 +133,7 @@ class Checker:
             frags = split_fields(op.index, process, ty, f, t, value, op.rebalance_log,
                                  invoke_time, meta.group, meta.starts)
             if f == "share-poll" and meta.placements:
-                note_leaders(frags, {k: p.leader for k, p in meta.placements.items()})
+                note_leaders(frags, {k: pl.leader for k, pl in meta.placements.items()})
         else:
             frags = split_fields(op.index, process, ty, f, t, value, op.rebalance_log,
                                  invoke_time)

@@ -401,7 +401,7 @@ def read_event(data: bytes, version: int) -> Event:
     value: Any = mops if f in _MOP_LIST_FS else keys if f in ("assign", "subscribe") else None
     frags = split_fields(index, process, ty, f, time, value, rebalances, it, group, starts)
     if f == "share-poll" and group is not None and placements:
-        note_leaders(frags, {p.key: p.leader for p in placements})
+        note_leaders(frags, {pl.key: pl.leader for pl in placements})
     return Event(probe, index, time, frags, placements, group, starts)
 
 
@@ -463,7 +463,7 @@ def event_of(op: Op) -> Event:
     frags = split_fields(op.index, op.process, op.type, op.f, op.time, op.value,
                          op.rebalance_log, it, group, starts)
     if op.f == "share-poll" and group is not None and placements:
-        note_leaders(frags, {p.key: p.leader for p in placements})
+        note_leaders(frags, {pl.key: pl.leader for pl in placements})
     return Event(probe, op.index, op.time, frags, placements, group, starts)
 
 

@@ -144,7 +144,7 @@ def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
         frags = split_fields(op.index, op.process, op.type, op.f, op.time, op.value,
                              op.rebalance_log, it, meta.group, meta.starts)
         if op.f == "share-poll" and meta.placements:
-            note_leaders(frags, {k: p.leader for k, p in meta.placements.items()})
+            note_leaders(frags, {k: pl.leader for k, pl in meta.placements.items()})
         return frags
     return split_fields(op.index, op.process, op.type, op.f, op.time, op.value, op.rebalance_log,
                         it)
