@@ -60,6 +60,24 @@ def overview() -> dict[str, Any]:
         ts("Detection latency p99", Target("detection_latency_p99", "{{cluster}} {{anomaly}}"),
            unit="s",
            description="Deciding event's time to verdict emitted."),
+        Row("Share groups (KIP-932)"),
+        ts("Share-group anomalies by type",
+           Target("share_anomalies_by_type", "{{cluster}} {{anomaly}}"), stacked=True, width=10,
+           description="New share-group verdicts per rate interval, by type: share-lost (an "
+           "acknowledged write the group passed over and never delivered), share-double-accept "
+           "(a record accepted twice), share-redelivered (delivered again after an ACCEPT or "
+           "REJECT), share-concurrent-delivery (two consumers within one lock), "
+           "share-delivery-count (a count out of range, or no higher than an earlier one with "
+           "no failover between). Rules: docs/share-groups.md."),
+        table("Share-group anomalies in the range",
+              Target("share_anomalies_in_range"), width=7,
+              description="Share-group verdicts in the time range, per type and topic; the "
+              "drill-down has partitions and brokers.", links=_DRILL_LINK),
+        ts("Share ops by outcome", Target("share_ops", "{{cluster}} {{f}} {{type}}"), unit="ops",
+           stacked=True, width=7,
+           description="The probe's share consumers' polls and acknowledgements, by outcome. "
+           "No share-poll here: no share consumer runs (share.processes), so no share-group "
+           "verdict can come; many info acks: acknowledgements lost (broker failures)."),
         Row("Observability: unseen values and lag"),
         ts("Unseen values", Target("unseen_values", "{{cluster}} {{topic}}"),
            description="Acknowledged values no poll has returned yet."),

@@ -11,6 +11,7 @@ rules of ``kmon.dashboards.rules``.
 
 from __future__ import annotations
 
+from kmon.checker.anomaly import SHARE_ANOMALY_TYPES
 from kmon.checker.policy import allowed_anomalies
 from kmon.dashboards.rules import MONITOR_JOB, PROBE_JOB
 
@@ -31,6 +32,9 @@ def _allowed(isolation: str) -> str:
 # Allowed anomalies at each consumer isolation level: shown apart, never paged on.
 ALLOWED = _allowed("read_committed")
 ALLOWED_RU = _allowed("read_uncommitted")
+# Share groups' anomaly types (KIP-932, docs/share-groups.md), and the probe's share ops.
+SHARE = "|".join(SHARE_ANOMALY_TYPES)
+SHARE_FS = "share-poll|ack"
 
 # Template variable queries (Grafana's label_values).
 VARIABLES: dict[str, str] = {
@@ -81,6 +85,19 @@ OVERVIEW: dict[str, str] = {
     ),
     "detection_latency_p99": (
         'cluster_anomaly:kmon_detection_latency_seconds:p99_5m{cluster=~"$cluster"}'
+    ),
+    # Share groups
+    "share_anomalies_by_type": (
+        f'sum by (cluster, anomaly) (increase(kmon_anomalies_total{{{T}, anomaly=~"{SHARE}"}}'
+        f"[{RI}]))"
+    ),
+    "share_anomalies_in_range": (
+        f'sum by (cluster, anomaly, topic) (increase(kmon_anomalies_total{{{T}, '
+        f'anomaly=~"{SHARE}"}}[$__range])) > 0'
+    ),
+    "share_ops": (
+        f'sum by (cluster, f, type) (rate(kmon_probe_ops_total{{{WHERE}, f=~"{SHARE_FS}"}}'
+        f"[{RI}]))"
     ),
     # Observability of the probed cluster
     "unseen_values": f"sum by (cluster, topic) (kmon_unseen_values{{{T}}})",

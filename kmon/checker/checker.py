@@ -30,7 +30,7 @@ from kmon.checker.state import KeyState
 from kmon.checker.torn import TxnStage
 from kmon.checker.unseen import unseen_values
 from kmon.checker.values import EMPTY
-from kmon.history.fragment import Fragment, split_fields, split_invoke
+from kmon.history.fragment import Fragment, note_leaders, split_fields, split_invoke
 from kmon.history.model import MOP_FS, OP_FS, TICK_PROCESS, Op
 
 # Final copies of the op model's constants: compiled code reads these directly, where a name
@@ -132,6 +132,8 @@ class Checker:
         if meta is not None and meta.group is not None:
             frags = split_fields(op.index, process, ty, f, t, value, op.rebalance_log,
                                  invoke_time, meta.group, meta.starts)
+            if f == "share-poll" and meta.placements:
+                note_leaders(frags, {k: pl.leader for k, pl in meta.placements.items()})
         else:
             frags = split_fields(op.index, process, ty, f, t, value, op.rebalance_log,
                                  invoke_time)

@@ -113,7 +113,8 @@ def _apply_share(st: KeyState, fr: Fragment, group: str, cfg: FoldConfig, sink: 
             share.acked(st.shares, group, fr.process, fr.op, ty, fr.invoke_time, fr.time,
                         fr.acks)
         return
-    share.polled(st.shares, group, fr.process, fr.op, ty, fr.invoke_time, fr.time, fr.shares)
+    share.polled(st.shares, group, fr.process, fr.op, ty, fr.invoke_time, fr.time, fr.shares,
+                 fr.leader)
     if ty == "invoke" or not fr.shares:
         return
     if fr.time > st.max_time:

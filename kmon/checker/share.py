@@ -30,16 +30,25 @@ Anomalies, per group and key (record: ``key, group, offset, value`` and the ops 
   poll invoked at t=5 gets 5.
 - ``share-concurrent-delivery``: two deliveries of one record certainly within one lock: both
   polls ended more than ``skew`` before the lock of the earlier-invoked one could expire (its
-  invocation plus ``lock``), and neither delivery was acknowledged (by an ack not failed)
-  before the later poll ended. Example: p1's poll (t=0..1) and p2's (t=2..3) both get 5; no ack.
+  invocation plus ``lock``), neither delivery was acknowledged (by an ack not failed) before
+  the later poll ended, and the two polls' placements do not name different leaders for the
+  key (a new share-partition leader knows nothing of the first lock). Example: p1's poll
+  (t=0..1) and p2's (t=2..3) both get 5; no ack.
 - ``share-delivery-count``: a delivery count outside [1, ``limit``], or a delivery whose poll was
-  invoked after another's ended with a count no higher. Example: 5 delivered with count 2, then
-  later with count 2 again. Gaps (1, then 3) are allowed: an acquisition nobody saw (a consumer
-  killed with records in its buffer) counts too.
+  invoked after another's ended with a count no higher, unless the history shows a failover in
+  between: the first delivery was not acknowledged ok before the later poll ended, and the
+  key's leader differs between the two polls' placements or the first delivery's ack, invoked
+  while its lock certainly held, did not succeed (``info``, ``fail`` or never completed).
+  Example: 5 delivered with count 2, released (ok), then delivered with count 2 again. Gaps
+  (1, then 3) are allowed: an acquisition nobody saw (a consumer killed with records in its
+  buffer) counts too.
 
 What is allowed: redelivery after a RELEASE, a failed or in-doubt ack, or an expired lock; a
 record never delivered when the group's start offset was above it (``share.auto.offset.reset``
-is ``latest`` by default); a delivery count that skips.
+is ``latest`` by default); a delivery count that skips; a count no higher than an earlier one
+across a share-partition leader change, and a second delivery within the first's lock (a new
+leader reloads the state last written to the share coordinator, and an acquisition is not
+written: docs/share-groups.md quotes Kafka's ``SharePartition``).
 
 Verdicts wait for the events they depend on: a record is judged once ``grace`` (online) passed
 since the last event that touched it (again if more come; each pair is reported once), and a
@@ -111,17 +120,20 @@ DEFAULT_SETTINGS: Final = ShareSettings()
 
 
 class Delivery:
-    """One delivery of a record to a consumer: its poll, its count, and its acknowledgement."""
+    """One delivery of a record to a consumer: its poll, its count, the key's leader as the
+    poll's placement named it, and its acknowledgement."""
 
-    __slots__ = ("ack_end", "ack_op", "ack_start", "ack_status", "count", "end", "op", "outcome",
-                 "process", "start")
+    __slots__ = ("ack_end", "ack_op", "ack_start", "ack_status", "count", "end", "leader", "op",
+                 "outcome", "process", "start")
 
-    def __init__(self, process: Any, op: int, start: int, end: int, count: int) -> None:
+    def __init__(self, process: Any, op: int, start: int, end: int, count: int,
+                 leader: int = -1) -> None:
         self.process = process
         self.op = op
         self.start = start  # the poll's invocation: the acquisition is no earlier
         self.end = end  # its completion: the acquisition is no later
         self.count = count
+        self.leader = leader  # the broker leading the key, per the probe's metadata (-1: unknown)
         self.outcome = ""  # the ack's outcome ("" none)
         self.ack_status = NO_ACK
         self.ack_op = -1
@@ -136,14 +148,23 @@ class Delivery:
         """An ack of this delivery (any outcome, not failed) was invoked before ``t``."""
         return self.ack_status != NO_ACK and self.ack_status != ACK_FAIL and self.ack_start < t
 
+    def ack_lost_before(self, t: int, cfg: ShareSettings) -> bool:
+        """An ack of this delivery was invoked before ``t``, certainly while its lock held, and
+        did not succeed (failed, in doubt, or not completed): a healthy share-partition leader
+        takes such an acknowledgement, so the broker-side state it was sent to may be gone."""
+        return (self.ack_status != NO_ACK and self.ack_status != ACK_OK and self.ack_start < t
+                and self.ack_start + cfg.skew_ns < self.start + cfg.lock_ns)
+
     def row(self) -> tuple:
         return (self.process, self.op, self.start, self.end, self.count, self.outcome,
-                self.ack_status, self.ack_op, self.ack_start, self.ack_end)
+                self.ack_status, self.ack_op, self.ack_start, self.ack_end, self.leader)
 
 
 def delivery_of(row: tuple) -> Delivery:
     d = Delivery(row[0], row[1], row[2], row[3], row[4])
-    d.outcome, d.ack_status, d.ack_op, d.ack_start, d.ack_end = row[5:]
+    d.outcome, d.ack_status, d.ack_op, d.ack_start, d.ack_end = row[5:10]
+    if len(row) > 10:  # (states saved before the leader was kept have none)
+        d.leader = row[10]
     return d
 
 
@@ -229,8 +250,9 @@ def _log(logs: dict[str, ShareLog], group: str) -> ShareLog:
 
 
 def polled(logs: dict[str, ShareLog], group: str, process: Any, op: int, ty: str, start: int,
-           end: int, shares: list[tuple[int, Any, int]] | None) -> None:
-    """A share poll of the key: invoked (``ty`` "invoke"), or completed with ``shares``."""
+           end: int, shares: list[tuple[int, Any, int]] | None, leader: int = -1) -> None:
+    """A share poll of the key: invoked (``ty`` "invoke"), or completed with ``shares``;
+    ``leader``: the key's leader as the poll's placement named it (-1: unknown)."""
     g = _log(logs, group)
     if ty == "invoke":
         g.inflight[process] = start
@@ -244,7 +266,7 @@ def polled(logs: dict[str, ShareLog], group: str, process: Any, op: int, ty: str
         return
     top = -1
     for off, value, count in shares:
-        _delivered(g, off, value, Delivery(process, op, start, end, count))
+        _delivered(g, off, value, Delivery(process, op, start, end, count, leader))
         if off > top:
             top = off
     g.passes.append((top, end))
@@ -358,12 +380,31 @@ def _judge_pair(rec: ShareRecord, key: Any, group: str, off: int, a: Delivery, b
         _report(rec, sink, SHARE_DOUBLE_ACCEPT, key, group, off, a, b, {})
     later = max(a.end, b.end)
     if (later + skew < a.start + cfg.lock_ns and not a.released_before(later)
-            and not b.released_before(later)):
+            and not b.released_before(later) and not _leader_changed(a, b)):
         _report(rec, sink, SHARE_CONCURRENT_DELIVERY, key, group, off, a, b,
                 {"lock-ms": cfg.lock_ns // 1_000_000})
-    if a.end < b.start and b.count <= a.count:
+    if a.end < b.start and b.count <= a.count and not _failover_between(a, b, cfg):
         _report(rec, sink, SHARE_DELIVERY_COUNT, key, group, off, a, b,
                 {"counts": [a.count, b.count]})
+
+
+def _failover_between(a: Delivery, b: Delivery, cfg: ShareSettings) -> bool:
+    """The history shows that ``a``'s count may have been lost with its share-partition leader
+    before ``b``: ``a`` was not acknowledged ok before ``b``'s poll ended, and the key's leader
+    differs between the two polls' placements or ``a``'s ack, sent while its lock held, did
+    not succeed. A new share-partition leader reloads the counts last written to the share
+    coordinator; an acquisition is not written, an ok acknowledgement is (its response waits
+    for the write), so only an unacknowledged count can be lost (docs/share-groups.md)."""
+    if a.ack_status == ACK_OK and a.ack_start < b.end:
+        return False
+    return _leader_changed(a, b) or a.ack_lost_before(b.end, cfg)
+
+
+def _leader_changed(a: Delivery, b: Delivery) -> bool:
+    """The key's leader differs between the placements of ``a``'s and ``b``'s polls: a new
+    share-partition leader, which knows nothing of ``a``'s acquisition (not written), its
+    lock or its count."""
+    return a.leader >= 0 and b.leader >= 0 and a.leader != b.leader
 
 
 def _report(rec: ShareRecord, sink: Sink, kind: str, key: Any, group: str, off: int,

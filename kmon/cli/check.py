@@ -33,7 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="infer write-write dependencies from log order (for G0/G1c)")
     p.add_argument("--isolation", choices=ISOLATION_LEVELS, default="read_committed",
                    help="the consumers' isolation level, which decides what is allowed")
-    # The monitor's share.lock, share.delivery.limit and share.skew settings, same defaults.
+    add_share_flags(p)
+    p.set_defaults(func=run)
+
+
+def add_share_flags(p: argparse.ArgumentParser) -> None:
+    """The monitor's share.lock, share.delivery.limit and share.skew settings, same defaults
+    (shared with `kmon investigate`, which re-runs the checker)."""
     p.add_argument("--share-lock", default="30s", metavar="DURATION",
                    help="share groups' acquisition lock, their share.record.lock.duration.ms "
                    "(default 30s)")
@@ -42,7 +48,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--share-skew", default="1s", metavar="DURATION",
                    help="clock skew allowed between the probes and the brokers, for share "
                    "groups' verdicts (default 1s; 0: none)")
-    p.set_defaults(func=run)
 
 
 def share_settings(args: argparse.Namespace) -> dict[str, int]:

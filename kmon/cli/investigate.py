@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--isolation", choices=("read_committed", "read_uncommitted"),
                    default=env("KMON_ISOLATION", "read_committed"),
                    help="the consumers' isolation level, which decides what is allowed")
+    from kmon.cli.check import add_share_flags
+
+    add_share_flags(p)  # the share groups' settings the checker re-runs with
     p.add_argument("--html", type=Path, metavar="FILE",
                    help="also write a self-contained HTML page with the timeline")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -137,6 +140,9 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("give an anomaly id, --evidence FILE, or --key with --offset/--value")
     if args.key is not None and not (args.offset or args.value):
         raise UsageError("--key needs --offset and/or --value")
+    from kmon.cli.check import share_settings
+
+    share_settings(args)  # a bad share setting fails before anything is read
     needs_kafka = args.history is None or (args.id and not args.evidence)
     if needs_kafka and not args.bootstrap:
         raise UsageError("no bootstrap servers: pass --bootstrap or set KMON_EVENTS_BOOTSTRAP "
@@ -194,6 +200,7 @@ def _ops_window(evidence: Evidence, emitted: float | None, at: float | None,
 def _investigate(args: argparse.Namespace, conf: dict[str, Any], evidence: Evidence,
                  window: TimeWindow | None, investigate: Callable[..., Investigation],
                  ) -> Investigation:
+    from kmon.cli.check import share_settings
     from kmon.investigate.sources import ops_from_events, ops_from_history
 
     skipped: list[str] = []
@@ -206,4 +213,4 @@ def _investigate(args: argparse.Namespace, conf: dict[str, Any], evidence: Evide
         if window is not None:
             source += f", op events of {window.describe()}"
     return investigate(pairs, evidence, source=source, n=args.window,
-                       isolation=args.isolation, skipped=skipped)
+                       isolation=args.isolation, skipped=skipped, share=share_settings(args))

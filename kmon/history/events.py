@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Final, final
 
 from kmon.history import avro
-from kmon.history.fragment import Fragment, split_fields, split_invoke
+from kmon.history.fragment import Fragment, note_leaders, split_fields, split_invoke
 from kmon.history.model import Op, Rebalance, Start
 
 # Dead-letter reasons: the ``reason`` label of ``kmon_dead_letters_total``.
@@ -399,9 +399,10 @@ def read_event(data: bytes, version: int) -> Event:
                      placements, group, starts)
     it = time if invoke_time is None else invoke_time
     value: Any = mops if f in _MOP_LIST_FS else keys if f in ("assign", "subscribe") else None
-    return Event(probe, index, time, split_fields(index, process, ty, f, time, value,
-                                                  rebalances, it, group, starts),
-                 placements, group, starts)
+    frags = split_fields(index, process, ty, f, time, value, rebalances, it, group, starts)
+    if f == "share-poll" and group is not None and placements:
+        note_leaders(frags, {pl.key: pl.leader for pl in placements})
+    return Event(probe, index, time, frags, placements, group, starts)
 
 
 def _judge(index: int, time: int, flags: _Flags) -> None:
@@ -459,9 +460,11 @@ def event_of(op: Op) -> Event:
             op.index, op.process, op.f, op.time, op.value or [], group), placements, group,
             starts)
     it = op.time if meta is None or meta.invoke_time is None else meta.invoke_time
-    return Event(probe, op.index, op.time, split_fields(
-        op.index, op.process, op.type, op.f, op.time, op.value, op.rebalance_log, it, group,
-        starts), placements, group, starts)
+    frags = split_fields(op.index, op.process, op.type, op.f, op.time, op.value,
+                         op.rebalance_log, it, group, starts)
+    if op.f == "share-poll" and group is not None and placements:
+        note_leaders(frags, {pl.key: pl.leader for pl in placements})
+    return Event(probe, op.index, op.time, frags, placements, group, starts)
 
 
 @final

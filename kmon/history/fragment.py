@@ -29,6 +29,7 @@ class Fragment:
         "group",
         "invoke_time",
         "key",
+        "leader",
         "n_writes",
         "op",
         "process",
@@ -83,6 +84,9 @@ class Fragment:
         # not known (an invocation, or a completion that is not ok and returned nothing)
         self.shares = shares
         self.acks = acks  # an ack op's [(offset, outcome), ...] of this key
+        # A share poll's: the broker leading this key as the op's placement names it (-1: not
+        # known), so a share-partition leader change between two deliveries shows
+        self.leader = -1
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (
@@ -90,14 +94,14 @@ class Fragment:
             f" sends={self.sends}, reads={self.reads}, assigned={self.assigned},"
             f" rebalanced={self.rebalanced}, n_writes={self.n_writes}, group={self.group!r},"
             f" commits={self.commits}, start={self.start}, shares={self.shares},"
-            f" acks={self.acks})"
+            f" acks={self.acks}, leader={self.leader})"
         )
 
 
 # A fragment as a plain tuple, its key aside (``to_row``/``from_row``): how the monitor moves a
 # key's fragments from the step that reads events to the key's fold, in one pickled value.
-# The next three (group, commits, start) only when the fragment has a group; the last two
-# (shares, acks) only for a share group's ops.
+# The next three (group, commits, start) only when the fragment has a group; the last three
+# (shares, acks, leader) only for a share group's ops (rows without the leader still load).
 FragmentRow = tuple
 
 
@@ -109,7 +113,7 @@ def to_row(fr: Fragment) -> FragmentRow:
     row = (fr.op, fr.process, fr.type, fr.f, fr.time, fr.invoke_time, fr.sends, fr.reads,
            fr.assigned, fr.rebalanced, fr.n_writes, fr.group, fr.commits, start)
     if fr.f == "share-poll" or fr.f == "ack":
-        return (*row, fr.shares, fr.acks)
+        return (*row, fr.shares, fr.acks, fr.leader)
     return row
 
 
@@ -120,6 +124,8 @@ def from_row(key: Any, r: FragmentRow) -> Fragment:
         fr.start = None if r[13] is None else Start(r[13][0], r[13][1])
     if len(r) > 14:
         fr.shares, fr.acks = r[14], r[15]
+    if len(r) > 16:
+        fr.leader = r[16]
     return fr
 
 
@@ -135,10 +141,23 @@ def split(op: Op, invoke_time: int | None = None) -> list[Fragment]:
     it = op.time if invoke_time is None else invoke_time
     meta = op.meta
     if meta is not None and meta.group is not None:
-        return split_fields(op.index, op.process, op.type, op.f, op.time, op.value,
-                            op.rebalance_log, it, meta.group, meta.starts)
+        frags = split_fields(op.index, op.process, op.type, op.f, op.time, op.value,
+                             op.rebalance_log, it, meta.group, meta.starts)
+        if op.f == "share-poll" and meta.placements:
+            note_leaders(frags, {k: pl.leader for k, pl in meta.placements.items()})
+        return frags
     return split_fields(op.index, op.process, op.type, op.f, op.time, op.value, op.rebalance_log,
                         it)
+
+
+def note_leaders(frags: list[Fragment], leaders: dict[Any, int | None]) -> None:
+    """A share poll's fragments: each key's leader, as the op's placements name it (None: the
+    probe's metadata had none). ``kmon.checker.share`` takes a change of leader between two
+    deliveries of a record as a share-partition leader change."""
+    for fr in frags:
+        leader = leaders.get(fr.key)
+        if leader is not None:
+            fr.leader = leader
 
 
 def split_invoke(idx: int, proc: Any, f: str, t: int, value: Any,

@@ -5,7 +5,9 @@ the events topic (Avro op events) or a history file, and tell:
 
 1. the ops around that key and offset (``story.around``: Jepsen's around-key-offset, each op's
    mops trimmed to that key and to offsets within ``n`` of the ones in question);
-2. who wrote what at which offset, and who read it (``story.key_log``);
+2. who wrote what at which offset, and who read it (``story.key_log``); for share groups
+   (KIP-932), each delivery of the offsets in question to a share consumer, with its count,
+   the leader its poll saw and its acknowledgement (``story.share_deliveries``);
 3. the checker's verdict and why: ``kmon.checker`` re-run over all the key's ops, its records
    matched to the evidence, judged by ``kmon.checker.policy`` (``story.judge``).
 
@@ -20,9 +22,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kmon.history.model import MOP_FS, Op
+from kmon.history.model import MOP_FS, SHARE_FS, Op
 from kmon.investigate.evidence import Evidence, EvidenceError, OpRef, parse_evidence
 from kmon.investigate.story import (
+    ShareDelivery,
     Slot,
     Verdict,
     around,
@@ -31,6 +34,7 @@ from kmon.investigate.story import (
     key_history,
     key_log,
     same_key,
+    share_deliveries,
     unplaced_writes,
     window,
 )
@@ -61,6 +65,8 @@ class Investigation:
     verdict: Verdict
     skipped: list[str] = field(default_factory=list)
     origin: dict[int, tuple[str, int]] = field(default_factory=dict)  # renumbered -> (probe, i)
+    # offset in question -> its deliveries to share consumers (share groups' ops only)
+    deliveries: dict[int, list[ShareDelivery]] = field(default_factory=dict)
 
     @property
     def key(self) -> Any:
@@ -114,6 +120,8 @@ def _mentions(op: Op, key: Any) -> bool:
             or (m[0] == "poll" and m[1] and any(same_key(k, key) for k in m[1]))
             for m in op.value or ()
         )
+    if op.f in SHARE_FS:  # share-read and ack mops name their key
+        return any(same_key(m[1], key) for m in op.value or ())
     return op.f in ("assign", "subscribe") and any(same_key(k, key) for k in op.value or ())
 
 
@@ -163,8 +171,11 @@ def _offsets_of(ops: list[Op], key: Any, values: set[str], indices: set[int]) ->
 
 def investigate(pairs: Iterable[tuple[str, Op]], evidence: Evidence, *, source: str,
                 n: int = DEFAULT_WINDOW, isolation: str = "read_committed",
-                skipped: list[str] | None = None) -> Investigation:
-    """The story of ``evidence``'s key from ``pairs`` of (probe id, op) in any order."""
+                skipped: list[str] | None = None,
+                share: dict[str, int] | None = None) -> Investigation:
+    """The story of ``evidence``'s key from ``pairs`` of (probe id, op) in any order;
+    ``share``: the share groups' settings the checker re-runs with (``CheckConfig``'s
+    ``share_lock_ns``, ``share_delivery_limit``, ``share_skew_ns``; Kafka's defaults if None)."""
     counter = _Counter(pairs)
     ops, origin = _in_history_order(list(_relevant(counter, evidence.key)))
     ev = _remap_evidence(evidence, origin)
@@ -174,11 +185,13 @@ def investigate(pairs: Iterable[tuple[str, Op]], evidence: Evidence, *, source: 
         ev = replace(ev, offsets=found) if found else ev
     win = window(ev, n)
     near = around(key_ops, ev.key, win, ev.values, ev.op_indices)
+    invoked = invoke_times(key_ops)
     return Investigation(
         evidence=ev, source=source, n=n, window=win, total_ops=counter.count, key_ops=key_ops,
-        ops=near, invoked=invoke_times(key_ops), log=key_log(near, ev.key),
-        unplaced=unplaced_writes(near, ev.key), verdict=judge(key_ops, ev, isolation),
+        ops=near, invoked=invoked, log=key_log(near, ev.key),
+        unplaced=unplaced_writes(near, ev.key), verdict=judge(key_ops, ev, isolation, share),
         skipped=list(skipped or ()), origin=origin,
+        deliveries=share_deliveries(key_ops, ev.key, ev.offsets, invoked),
     )
 
 

@@ -5,7 +5,9 @@
   that process wrote (blue) or read (green) there. Evidence offsets are outlined in red; an
   acknowledged value nobody read is filled red.
 - ``#timeline``: one lane per process, each op a bar from its invocation to its completion,
-  labelled with what it did to the key; the evidence's ops in red.
+  labelled with what it did to the key; the evidence's ops in red. A share consumer's polls
+  (``d`` and the offsets delivered) and acknowledgements (``ack``, purple) are bars too, and
+  its deliveries count as reads in ``#log``.
 - the ops table and the verdict, as the text report has them.
 
 The script only adds hover highlighting (every cell of the same value) and records on
@@ -18,9 +20,9 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-from kmon.history.model import MOP_FS, Op
+from kmon.history.model import MOP_FS, SHARE_FS, Op
 from kmon.investigate.story import same_key
-from kmon.investigate.text import did, verdict_lines, when
+from kmon.investigate.text import delivery_lines, did, verdict_lines, when
 
 if TYPE_CHECKING:
     from kmon.investigate import Investigation
@@ -40,6 +42,7 @@ svg text { font: 11px monospace; fill: #222; }
 .cell.conflict { fill: #ff7f0e; }
 .col.evidence { fill: none; stroke: #d62728; stroke-width: 3; }
 .op rect { fill: #2ca02c; stroke: #145214; } .op.send rect, .op.txn rect { fill: #1f77b4; }
+.op.ack rect { fill: #9467bd; stroke: #4b2c6b; }
 .op.fail rect { fill: #bbb; } .op.info rect { fill: #ffbb78; }
 .op.evidence rect { fill: #d62728; stroke: #7f0000; }
 .lane-bg { fill: #fafafa; stroke: #eee; }
@@ -91,11 +94,16 @@ def _seen(inv: Investigation) -> dict[Any, dict[int, dict[str, set[str]]]]:
     """process -> offset -> {"write": values, "read": values}."""
     out: dict[Any, dict[int, dict[str, set[str]]]] = {}
     for op in inv.ops:
-        if op.f not in MOP_FS:
+        if op.f not in MOP_FS and op.f != "share-poll":
             out.setdefault(op.process, {})
             continue
         for m in op.value or ():
-            if m[0] == "send" and m[3] is not None and same_key(m[1], inv.key):
+            if m[0] == "share-read" and m[2] and same_key(m[1], inv.key):
+                for off, value, _ in m[2]:
+                    cell = out.setdefault(op.process, {}).setdefault(
+                        off, {"write": set(), "read": set()})
+                    cell["read"].add(str(value))
+            elif m[0] == "send" and m[3] is not None and same_key(m[1], inv.key):
                 cell = out.setdefault(op.process, {}).setdefault(m[3], {"write": set(),
                                                                         "read": set()})
                 cell["write"].add(str(m[2]))
@@ -166,7 +174,17 @@ def _log_svg(inv: Investigation) -> str:
     return "\n".join(parts)
 
 
+def _share_values(op: Op) -> list[Any]:
+    return [v for m in op.value or () if m[0] == "share-read" and m[2] for _, v, _ in m[2]]
+
+
 def _label(op: Op, key: Any) -> str:
+    if op.f == "share-poll":
+        offs = [o for m in op.value or () if m[0] == "share-read" and m[2] for o, _, _ in m[2]]
+        return ("d" + ",".join(map(str, offs))) if offs else op.f
+    if op.f == "ack":
+        return "ack " + ",".join(f"{m[2]}{str(m[3])[:1].upper()}" for m in op.value or ()
+                                 if m[0] == "ack")
     w = [str(m[3]) for m in op.value or () if op.f in MOP_FS and m[0] == "send"
          and m[3] is not None]
     r = [o for m in op.value or () if op.f in MOP_FS and m[0] == "poll" and m[1]
@@ -177,7 +195,8 @@ def _label(op: Op, key: Any) -> str:
 
 def _timeline_svg(inv: Investigation, highlight: set[int]) -> str:
     # Ops that act on the log set the time scale; assigns long before would squash it.
-    ops = [op for op in inv.ops if op.f in MOP_FS][:MAX_BARS] or inv.ops[:MAX_BARS]
+    ops = [op for op in inv.ops if op.f in MOP_FS or op.f in SHARE_FS][:MAX_BARS] \
+        or inv.ops[:MAX_BARS]
     procs = sorted({op.process for op in ops}, key=_proc_key)
     lane = {p: i for i, p in enumerate(procs)}
     starts = [inv.invoked.get(op.index, op.time) for op in ops]
@@ -203,6 +222,8 @@ def _timeline_svg(inv: Investigation, highlight: set[int]) -> str:
                             for v in ([m[2]] if m[0] == "send" else
                                       [v for pairs in (m[1] or {}).values() for _, v in pairs]
                                       if m[0] == "poll" else []))
+            if op.f == "share-poll":
+                vals = " ".join(str(v) for v in _share_values(op))
             parts.append(
                 f'<g class="{" ".join(cls)}" data-index="{op.index}" data-values="{_e(vals)}">'
                 f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{ROW_H - 6}"/>'
@@ -256,6 +277,16 @@ red.</p>
 <th>outcome</th><th>f</th><th>on the key</th></tr></thead><tbody>
 {chr(10).join(rows)}
 </tbody></table>
+{_deliveries_html(inv)}
 <script>{SCRIPT}</script>
 </body></html>
 """
+
+
+def _deliveries_html(inv: Investigation) -> str:
+    """The share deliveries of the offsets in question, as the text report lists them."""
+    lines = delivery_lines(inv)
+    if not lines:
+        return ""
+    return (f"<h2>Deliveries to share consumers</h2>\n<pre id=\"deliveries\">"
+            f"{_e(chr(10).join(lines[1:]))}</pre>")

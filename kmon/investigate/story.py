@@ -1,11 +1,14 @@
 """The story of one key around some offsets: its ops, its log, and the checker's verdict.
 
 1. ``key_history``: every op of the key, trimmed to the key (other keys' mops dropped), with the
-   invokes of its completions and the crashes of its processes, in history order.
+   invokes of its completions and the crashes of its processes, in history order. Share groups'
+   ``share-poll`` and ``ack`` ops (KIP-932) are ops of the keys they name.
 2. ``around``: Jepsen's around-key-offset: those ops' mops trimmed further to offsets within
    ``n`` of the offsets in question (and to the values in question, for sends whose offset is
    unknown); ops left without mops are dropped unless the evidence names them.
-3. ``key_log``: offset by offset, which values were written there by whom, and who read them.
+3. ``key_log``: offset by offset, which values were written there by whom, and who read them
+   (a share poll's deliveries are reads); ``share_deliveries``: each delivery of a record to a
+   share consumer, with its count, the leader its poll saw and its acknowledgement.
 4. ``judge``: the checker re-run over the key's history, its records of the evidence's anomaly
    that match the evidence, and why they are (or are not) allowed by Kafka's model.
 """
@@ -19,7 +22,7 @@ from typing import Any
 
 from kmon.checker import CheckConfig, Checker, Report
 from kmon.checker.policy import allowed_anomalies
-from kmon.history.model import MOP_FS, Op
+from kmon.history.model import MOP_FS, SHARE_FS, Op
 from kmon.investigate.evidence import Evidence
 
 
@@ -28,8 +31,31 @@ def same_key(a: Any, b: Any) -> bool:
     return a == b or str(a) == str(b)
 
 
+def _trim_share(op: Op, key: Any, keep_mop: Any = None) -> Op | None:
+    """A share poll or ack with its mops reduced to ``key`` (and to the records or acks
+    ``keep_mop`` accepts, each as ``("read", key, (offset, value))``); None if nothing is left.
+    A share poll's unknown records (as invoked, or ``info``/``fail``) are always kept: it may
+    have acquired any record."""
+    mops = []
+    for m in op.value or ():
+        if not same_key(m[1], key):
+            continue
+        if m[0] == "share-read":
+            if m[2] is None:
+                mops.append(m)
+                continue
+            recs = [r for r in m[2] if keep_mop is None or keep_mop(("read", m[1], r[:2]))]
+            if recs or keep_mop is None:
+                mops.append((m[0], m[1], recs))
+        elif m[0] == "ack" and (keep_mop is None or keep_mop(("read", m[1], (m[2], None)))):
+            mops.append(m)
+    return dataclasses.replace(op, value=mops) if mops else None
+
+
 def _trim(op: Op, key: Any, keep_mop: Any = None) -> Op | None:
     """``op`` with its mops reduced to ``key`` (and to what ``keep_mop`` accepts)."""
+    if op.f in SHARE_FS:
+        return _trim_share(op, key, keep_mop)
     if op.f not in MOP_FS:
         return op
     mops = []
@@ -65,7 +91,7 @@ def _touches(op: Op, key: Any) -> bool:
         return False
     if op.f in ("assign", "subscribe"):
         return any(same_key(k, key) for k in op.value or ())
-    if op.f == "commit":
+    if op.f == "commit" or op.f in SHARE_FS:
         return any(same_key(m[1], key) for m in op.value or ())
     return False
 
@@ -132,7 +158,7 @@ def around(ops: Iterable[Op], key: Any, lo_hi: tuple[int, int] | None, values: I
     for op in ops:
         if op.type == "invoke":
             continue  # shown with their completions (see invoke_times)
-        if op.f not in MOP_FS:
+        if op.f not in MOP_FS and op.f not in SHARE_FS:
             out.append(op)
             continue
         trimmed = _trim(op, key, keep)
@@ -172,14 +198,18 @@ class Slot:
 
 
 def key_log(ops: Iterable[Op], key: Any) -> dict[int, Slot]:
-    """Offset -> Slot, from completions: sends with offsets, and polls' records."""
+    """Offset -> Slot, from completions: sends with offsets, and polls' and share polls'
+    records."""
     log: dict[int, Slot] = {}
     for op in ops:
-        if op.type == "invoke" or op.f not in MOP_FS:
+        if op.type == "invoke" or (op.f not in MOP_FS and op.f != "share-poll"):
             continue
         for m in op.value or ():
             if m[0] == "send" and m[3] is not None and same_key(m[1], key):
                 log.setdefault(m[3], Slot(m[3])).writers.setdefault(m[2], []).append(op)
+            elif m[0] == "share-read" and m[2] and same_key(m[1], key):
+                for off, value, _ in m[2]:
+                    log.setdefault(off, Slot(off)).readers.setdefault(value, []).append(op)
             elif m[0] == "poll" and m[1]:
                 for k, pairs in m[1].items():
                     if same_key(k, key):
@@ -187,6 +217,60 @@ def key_log(ops: Iterable[Op], key: Any) -> dict[int, Slot]:
                             slot = log.setdefault(off, Slot(off))
                             slot.readers.setdefault(value, []).append(op)
     return dict(sorted(log.items()))
+
+
+@dataclass
+class ShareDelivery:
+    """One delivery of a record to a share consumer: the share poll that returned it (when it
+    was invoked: ``start``), its delivery count, the key's leader the poll's placement named,
+    and the ack of it by the same process that followed (None: never acknowledged)."""
+
+    offset: int
+    value: Any
+    group: str | None
+    poll: Op
+    start: int
+    count: int
+    leader: int | None
+    ack: Op | None = None
+    outcome: str | None = None
+
+
+def leader_of(op: Op, key: Any) -> int | None:
+    """The key's leader as the op's placement names it."""
+    for k, p in (op.meta.placements if op.meta is not None else {}).items():
+        if same_key(k, key):
+            return p.leader
+    return None
+
+
+def share_deliveries(ops: Iterable[Op], key: Any, offsets: Iterable[int] | None = None,
+                     invoked: dict[int, int] | None = None) -> dict[int, list[ShareDelivery]]:
+    """Offset -> its deliveries to share consumers, in history order, from completions: each
+    ``ack`` names the latest delivery of the record to its process (what a consumer
+    acknowledges is what it holds, as ``kmon.checker.share`` reads it)."""
+    wanted = None if offsets is None else set(offsets)
+    invoked = invoked or {}
+    out: dict[int, list[ShareDelivery]] = {}
+    for op in ops:
+        if op.type == "invoke" or op.f not in SHARE_FS:
+            continue
+        group = op.meta.group if op.meta is not None else None
+        for m in op.value or ():
+            if not same_key(m[1], key):
+                continue
+            if m[0] == "share-read" and m[2]:
+                for off, value, count in m[2]:
+                    if wanted is None or off in wanted:
+                        out.setdefault(off, []).append(ShareDelivery(
+                            off, value, group, op, invoked.get(op.index, op.time), count,
+                            leader_of(op, key)))
+            elif m[0] == "ack" and (wanted is None or m[2] in wanted):
+                held = [d for d in out.get(m[2], ()) if d.poll.process == op.process
+                        and d.group == group]
+                if held:
+                    held[-1].ack, held[-1].outcome = op, m[3]
+    return out
 
 
 def unplaced_writes(ops: Iterable[Op], key: Any) -> list[tuple[Any, Op]]:
@@ -248,9 +332,12 @@ def matches(r: dict[str, Any], ev: Evidence) -> bool:
     return bool(_record_offsets(r) & set(ev.offsets))
 
 
-def judge(key_ops: list[Op], ev: Evidence, isolation: str = "read_committed") -> Verdict:
-    """Re-run the checker over the key's history and match its findings to the evidence."""
-    report = Checker(CheckConfig(isolation=isolation)).run(key_ops)
+def judge(key_ops: list[Op], ev: Evidence, isolation: str = "read_committed",
+          share: dict[str, int] | None = None) -> Verdict:
+    """Re-run the checker over the key's history and match its findings to the evidence;
+    ``share``: ``CheckConfig``'s share groups' settings (lock, limit, skew) when not Kafka's
+    defaults."""
+    report = Checker(CheckConfig(isolation=isolation, **(share or {}))).run(key_ops)
     matched: list[dict[str, Any]] = []
     others: dict[str, list[dict[str, Any]]] = {}
     for kind, records in report.errors.items():

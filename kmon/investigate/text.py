@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kmon.history.model import MOP_FS, Op
 from kmon.history.wire import jsonable, op_to_wire
-from kmon.investigate.story import same_key
+from kmon.investigate.story import ShareDelivery, leader_of, same_key
 
 if TYPE_CHECKING:
     from kmon.investigate import Investigation
@@ -28,8 +28,36 @@ def _group(op: Op) -> str:
     return f"group {op.meta.group}" if op.meta is not None and op.meta.group else "its group"
 
 
+def _share_did(op: Op, key: Any) -> str:
+    """A share poll's deliveries (offset, value and delivery count each) or an ack op's
+    per-record outcomes, for the op's share group; a poll's placement leader, when known."""
+    group = op.meta.group if op.meta is not None and op.meta.group else "?"
+    parts = []
+    for m in op.value or ():
+        if not same_key(m[1], key):
+            continue
+        if m[0] == "share-read":
+            if m[2] is None:
+                parts.append("share-polled, records unknown" if op.type != "invoke"
+                             else "share-poll")
+            elif not m[2]:
+                parts.append("share-polled, got nothing")
+            else:
+                parts.append("delivered " + ", ".join(f"{o} ({v}, count {c})"
+                                                      for o, v, c in m[2]))
+        elif m[0] == "ack":
+            parts.append(f"{m[2]} {str(m[3]).upper()}")
+    if op.f == "ack" and parts:
+        parts = ["acknowledged " + ", ".join(parts)]
+    text = f"share group {group}: " + "; ".join(parts or ["-"])
+    leader = leader_of(op, key) if op.f == "share-poll" else None
+    return text + (f"; leader {leader}" if leader is not None else "")
+
+
 def did(op: Op, key: Any) -> str:
     """What the (trimmed) op did to the key, in words."""
+    if op.f in ("share-poll", "ack"):
+        return _share_did(op, key)
     parts = []
     for m in op.value or () if op.f in MOP_FS or op.f == "commit" else ():
         if m[0] == "send":
@@ -110,7 +138,63 @@ def explain(kind: str, r: dict[str, Any], inv: Investigation) -> str:
     if kind in ("G0", "G1c"):
         steps = ", ".join(f"{s['type']} on {s['key']} ({s['value']})" for s in r.get("steps", []))
         return f"ops {[inv.label(i) for i in r.get('cycle', [])]} form a cycle: {steps}"
+    if kind.startswith("share-"):
+        return _explain_share(kind, r, name)
     return ", ".join(f"{k}={v}" for k, v in r.items())
+
+
+def _explain_share(kind: str, r: dict[str, Any], name: Any) -> str:
+    """A share group's anomaly record (``kmon.checker.share``) in a sentence."""
+    group, off, value = r.get("group"), r.get("offset"), r.get("value")
+    a, b = ((r.get("ops") or []) + [None, None])[:2]
+    rec = f"offset {off} ({value})"
+    if kind == "share-lost":
+        return (f"share group {group} was never delivered {rec}, acknowledged to "
+                f"{name(r.get('writer'))}, although it was delivered records below and above "
+                f"it (passed at {r.get('passed-at')})")
+    if kind == "share-double-accept":
+        return (f"{name(a)} and {name(b)} were both delivered {rec} by share group {group}, "
+                "and both ACCEPTs succeeded")
+    if kind == "share-redelivered":
+        return (f"{name(a)} was delivered {rec} by share group {group} and acknowledged it "
+                f"{str(r.get('outcome')).upper()} (ok); {name(b)} was delivered it again")
+    if kind == "share-concurrent-delivery":
+        return (f"{name(a)} and {name(b)} were both delivered {rec} by share group {group} "
+                f"within one {r.get('lock-ms')} ms lock, neither acknowledging it first")
+    if kind == "share-delivery-count" and "counts" in r:
+        first, then = r["counts"]
+        return (f"share group {group} delivered {rec} to {name(a)} with count {first}, then "
+                f"to {name(b)} with count {then}, no higher, and the history shows no "
+                "failover between (no leader change in the polls' placements, no lost "
+                "acknowledgement)")
+    if kind == "share-delivery-count":
+        return (f"share group {group} delivered {rec} to {name(a)} with count "
+                f"{r.get('count')}, outside [1, {r.get('limit')}]")
+    return ", ".join(f"{k}={v}" for k, v in r.items())
+
+
+def delivery_lines(inv: Investigation) -> list[str]:
+    """Each delivery of the offsets in question to a share consumer: the story a share
+    verdict is judged on (``story.share_deliveries``)."""
+    if not inv.deliveries:
+        return []
+    t0 = min((inv.invoked.get(o.index, o.time) for o in inv.key_ops), default=0)
+    out = [f"Deliveries to share consumers of key {inv.key}'s offsets in question:"]
+    rows = [("", "offset", "value", "group", "poll", "process", "invoked", "count", "leader",
+             "acknowledged")]
+    for off, ds in sorted(inv.deliveries.items()):
+        for d in ds:
+            mark = "*" if d.poll.index in inv.highlight else ""
+            rows.append((mark, str(off), str(d.value), str(d.group), inv.label(d.poll.index),
+                         str(d.poll.process), when(d.start, t0), str(d.count),
+                         "?" if d.leader is None else str(d.leader), _acked(inv, d)))
+    return out + _table(rows)
+
+
+def _acked(inv: Investigation, d: ShareDelivery) -> str:
+    if d.ack is None:
+        return "never (its lock expires)"
+    return f"{str(d.outcome).upper()} by op {inv.label(d.ack.index)}: {d.ack.type}"
 
 
 def render(inv: Investigation) -> str:
@@ -168,6 +252,9 @@ def render(inv: Investigation) -> str:
         lines.append(f"  write without a known offset: {value} by op {inv.label(op.index)} "
                      f"(process {op.process}, {op.type})")
     lines.append("")
+    if inv.deliveries:
+        lines += delivery_lines(inv)
+        lines.append("")
 
     lines += verdict_lines(inv)
     return "\n".join(lines) + "\n"
@@ -197,10 +284,19 @@ def verdict_lines(inv: Investigation) -> list[str]:
         else:
             out.append("  The op events may be incomplete (dead letters, dropped events) or the "
                        "evidence may point elsewhere.")
+        if v.anomaly is not None and v.anomaly.startswith("share-"):
+            out.append("  Share groups' verdicts also depend on the settings: --share-lock, "
+                       "--share-delivery-limit and --share-skew must be the monitor's.")
     if v.anomaly is not None:
+        from kmon.dashboards.rules import ANOMALY_SEVERITY
+
+        severity = ANOMALY_SEVERITY.get(v.anomaly, "critical")
         if v.allowed_reason:
             out.append(f"  Allowed by Kafka's model for {v.isolation} consumers: "
                        f"{v.allowed_reason}. It does not page.")
+        elif severity != "critical":
+            out.append(f"  Kafka's model forbids it for {v.isolation} consumers: it alerts "
+                       f"with severity {severity} (alert KmonAnomaly-{v.anomaly}), no page.")
         else:
             out.append(f"  Kafka's model forbids it for {v.isolation} consumers: it pages "
                        f"(alert KmonAnomaly-{v.anomaly}).")
@@ -236,4 +332,9 @@ def to_json(inv: Investigation) -> dict[str, Any]:
                     "others": {k: len(rs) for k, rs in v.others.items()}},
         "key-ops": len(inv.key_ops),
         "undecodable-events": inv.skipped,
+        "deliveries": [{"offset": off, "value": d.value, "group": d.group, "poll": d.poll.index,
+                        "process": d.poll.process, "invoke-time": d.start, "count": d.count,
+                        "leader": d.leader, "ack": None if d.ack is None else d.ack.index,
+                        "outcome": d.outcome, "ack-type": None if d.ack is None else d.ack.type}
+                       for off, ds in sorted(inv.deliveries.items()) for d in ds],
     })

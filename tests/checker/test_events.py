@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from kmon.history import avro, events
 from kmon.history.events import EventError, Placement, read_event, split_batch
-from kmon.history.fragment import split, to_row
+from kmon.history.fragment import from_row, split, to_row
 from kmon.history.model import MOP_FS, SHARE_FS, KeyPlacement, Op, OpMeta, Rebalance, Start
 from kmon.streaming import decode
 from kmon.synth import SynthConfig, healthy
@@ -291,3 +291,21 @@ def test_fragments_pack_and_unpack() -> None:
         back = decode.unpack_fragments(key, decode.pack_fragments(frags))
         assert [(fr.key, to_row(fr)) for fr in back] == [(fr.key, to_row(fr)) for fr in frags]
         assert pickle.loads(decode.pack_fragments(frags)) == [to_row(fr) for fr in frags]
+
+
+def test_a_share_poll_carries_its_placement_leader_to_the_fold() -> None:
+    """``kmon.checker.share`` tells a share-partition leader change by the leaders the share
+    polls' placements name: both readers put them on the fragments, and rows keep them."""
+    from kmon.history.model import share_read
+
+    op = Op(7, 70, 3, "ok", "share-poll", [share_read(1, [(5, "v5", 1)]), share_read(2, [])],
+            meta=OpMeta(probe="p", group="sg", invoke_time=60,
+                        placements={1: KeyPlacement("t", 1, 2), 2: KeyPlacement("t", 2)}))
+    fast, reference = both(avro.encode_op(op))
+    assert fast == reference
+    ev = read_event(avro.encode_op(op), V)
+    assert {fr.key: fr.leader for fr in ev.frags} == {1: 2, 2: -1}  # (2: no leader known)
+    assert {fr.key: fr.leader for fr in split(op)} == {1: 2, 2: -1}
+    fr = ev.frags[0]
+    assert from_row(fr.key, to_row(fr)).leader == 2
+    assert from_row(fr.key, to_row(fr)[:16]).leader == -1  # a row from before: none known

@@ -21,10 +21,20 @@ from kmon.checker.anomaly import (
     SHARE_LOST,
     SHARE_REDELIVERED,
 )
-from kmon.checker.share import MAX_RECORDS, MAX_SETTLED
+from kmon.checker.share import MAX_RECORDS, MAX_SETTLED, Delivery, delivery_of
 from kmon.checker.state import KeyState
 from kmon.history import dump_jsonl, loads
-from kmon.history.model import ACCEPT, REJECT, RELEASE, Op, OpMeta, ack, send, share_read
+from kmon.history.model import (
+    ACCEPT,
+    REJECT,
+    RELEASE,
+    KeyPlacement,
+    Op,
+    OpMeta,
+    ack,
+    send,
+    share_read,
+)
 
 S = 1_000_000_000
 K = 7
@@ -41,11 +51,13 @@ class History:
         self.next_value = 0
 
     def _pair(self, p: int, f: str, t0: float, t1: float, inv: Any, done: Any, ty: str,
-              group: str | None) -> None:
+              group: str | None, leader: int | None = None) -> None:
+        placed = {} if leader is None else {K: KeyPlacement("t", 0, leader)}
         self.ops.append(Op(len(self.ops), int(t0 * S), p, "invoke", f, inv,
                            meta=OpMeta(probe="t", group=group)))
         self.ops.append(Op(len(self.ops), int(t1 * S), p, ty, f, done,
-                           meta=OpMeta(probe="t", group=group, invoke_time=int(t0 * S))))
+                           meta=OpMeta(probe="t", group=group, invoke_time=int(t0 * S),
+                                       placements=placed)))
 
     def write(self, offsets: list[int], t: float, p: int = 100) -> None:
         vals = [f"v{o}" for o in offsets]
@@ -53,10 +65,11 @@ class History:
                    [send(K, v, o) for v, o in zip(vals, offsets, strict=True)], "ok", None)
 
     def poll(self, p: int, t0: float, t1: float, recs: list[tuple[int, int]] | None,
-             ty: str = "ok") -> None:
-        """``recs``: (offset, delivery count) delivered; None: records unknown."""
+             ty: str = "ok", leader: int | None = None) -> None:
+        """``recs``: (offset, delivery count) delivered; None: records unknown. ``leader``: the
+        key's leader in the poll's placement (None: no placement)."""
         done = share_read(K, None if recs is None else [(o, f"v{o}", c) for o, c in recs])
-        self._pair(p, "share-poll", t0, t1, [share_read(K)], [done], ty, G)
+        self._pair(p, "share-poll", t0, t1, [share_read(K)], [done], ty, G, leader)
 
     def ack(self, p: int, t0: float, t1: float, acks: list[tuple[int, str]],
             ty: str = "ok") -> None:
@@ -209,6 +222,54 @@ def test_delivery_counts():
     assert both(gap) == []
 
 
+def test_a_count_repeated_across_a_share_partition_leader_change():
+    """Seen live (broker SIGKILL and restart, Kafka 4.4, librdkafka 2.16): offset 176 delivered
+    with count 1, its ack failed with a transport error as the leader died, and the new leader
+    delivered it with count 1 again. An acquisition is never written to the share coordinator,
+    so the new leader reloads the count last written (none here): allowed."""
+    def live(ack_ty: str | None, leaders: tuple[int | None, int | None] = (1, 1),
+             ack_at: float = 2, outcome: str = ACCEPT) -> History:
+        h = History()
+        h.write([176], 0)
+        h.poll(1, 1, 1.1, [(176, 1)], leader=leaders[0])
+        if ack_ty is not None:
+            h.ack(1, ack_at, ack_at + 0.1, [(176, outcome)], ty=ack_ty)
+        h.poll(2, 40, 40.1, [(176, 1)], leader=leaders[1])
+        h.ack(2, 41, 41.1, [(176, ACCEPT)])
+        return h
+
+    assert both(live("info")) == []  # the live case: metadata still named the dead leader
+    assert both(live("fail")) == []  # the ack provably not sent: the leader was unreachable
+    assert both(live(None, (1, 2))) == []  # no ack (a stalled consumer), and a new leader
+    assert both(live("info", (1, 2))) == []
+    # no lost acknowledgement and no leader change shown: still a wrong count
+    assert both(live(None)) == [(SHARE_DELIVERY_COUNT, 176)]  # the lock expired: count 2 due
+    assert both(live(None, (None, 2))) == [(SHARE_DELIVERY_COUNT, 176)]  # a leader unknown
+    # released ok: the count was written before the ack's response, a new leader reloads it
+    for leaders in ((1, 1), (1, 2)):
+        assert both(live("ok", leaders, outcome=RELEASE)) == [(SHARE_DELIVERY_COUNT, 176)]
+    # an ack sent after the lock expired fails at a healthy leader too: no evidence
+    assert both(live("info", ack_at=35)) == [(SHARE_DELIVERY_COUNT, 176)]
+    # an ack in flight when the later poll ended is in doubt until it completes
+    pending = live("ok", (1, 2), ack_at=39, outcome=RELEASE)
+    pending.ops[5].time = 45 * S  # completes ok after the redelivery
+    pending.ops.sort(key=lambda op: op.time)
+    assert both(pending) == [(SHARE_DELIVERY_COUNT, 176)]  # online: once it has completed
+    pending.ops = [op for op in pending.ops if op.time < 44 * S]  # never completed
+    assert both(pending) == []
+
+
+def test_a_repeated_count_after_an_ok_accept_is_still_reported():
+    """librdkafka's stale delivery (docs/share-groups.md): consumer 1 accepted count 2 (ok);
+    consumer 0's next poll returned its old copy with count 1. No leader change, no lost ack."""
+    h = History()
+    h.write([0], 0)
+    h.poll(1, 20, 20.1, [(0, 2)], leader=1)
+    h.ack(1, 21, 21.1, [(0, ACCEPT)])
+    h.poll(0, 38, 38.1, [(0, 1)], leader=1)
+    assert (SHARE_DELIVERY_COUNT, 0) in both(h)
+
+
 def test_evidence_names_the_group_the_value_and_the_ops():
     h = History()
     h.write([0], 0)
@@ -246,24 +307,47 @@ def test_the_state_round_trips_with_pending_verdicts():
         (SHARE_CONCURRENT_DELIVERY, 6), (SHARE_LOST, 5)]
 
 
+def test_a_delivery_keeps_its_leader_in_the_saved_state_and_old_states_load():
+    d = Delivery(1, 3, 10, 11, 2, leader=4)
+    assert delivery_of(d.row()).row() == d.row()
+    old = delivery_of(d.row()[:10])  # saved before the leader was kept
+    assert old.leader == -1 and old.row()[:10] == d.row()[:10]
+
+
 # -- a simulated share group ---------------------------------------------------------------
 
 
 class Broker:
     """A share-partition as KIP-932 describes it, with optional bugs (``bug``): available
     records go to the lowest-offset-first acquirer, under a lock; ACCEPT/REJECT archive,
-    RELEASE and expiry make them available again until the delivery limit."""
+    RELEASE and expiry make them available again until the delivery limit. Acknowledgements
+    and expiries are written to the share coordinator (``written``), acquisitions are not: a
+    failover to a new leader (``leader``, a new broker id each time) reloads what was written,
+    so acquired records are available again with their last written count."""
 
     def __init__(self, bug: str | None, rng: random.Random) -> None:
         self.bug, self.rng = bug, rng
         self.end = 0  # the log end
         self.state: dict[int, list[Any]] = {}  # offset -> [state, holder, until, count]
+        self.written: dict[int, tuple[str, int]] = {}  # offset -> (state, count) written
+        self.leader = 1
         self.triggered = False
 
+    def _write(self, off: int) -> None:
+        self.written[off] = (self.state[off][0], self.state[off][3])
+
+    def failover(self) -> None:
+        """The share-partition leader dies; a new one loads the written state."""
+        self.leader += 1
+        for off, rec in self.state.items():
+            state, count = self.written.get(off, ("available", 0))
+            rec[:] = [state, None, 0.0, count]
+
     def expire(self, t: float) -> None:
-        for rec in self.state.values():
+        for off, rec in self.state.items():
             if rec[0] == "acquired" and rec[2] <= t:
                 rec[0] = "archived" if rec[3] >= 5 else "available"
+                self._write(off)
 
     def acquire(self, p: int, t: float, n: int) -> list[tuple[int, int]]:
         self.expire(t)
@@ -273,6 +357,7 @@ class Broker:
             if self.bug == "lose" and rec[3] == 0 and off > 0 and not self.triggered \
                     and self.rng.random() < 0.3 and any(o > off for o in range(self.end)):
                 rec[0], self.triggered = "archived", True
+                self._write(off)  # (archived for good: a failover does not bring it back)
             stolen = (self.bug == "concurrent" and rec[0] == "acquired" and rec[1] != p
                       and not self.triggered)
             if rec[0] == "available" or stolen:
@@ -299,20 +384,28 @@ class Broker:
             rec[0] = "archived"
             if self.bug == "redeliver" and not self.triggered:
                 rec[0], self.triggered = "available", True
+        self._write(off)
         return True
 
 
 def simulate(seed: int, bug: str | None = None, consumers: int = 3,
-             steps: int = 120) -> tuple[list[Op], bool]:
+             steps: int = 120, failover: float = 0.0) -> tuple[list[Op], bool]:
     """A history of a share group of ``consumers`` with a seeded mix of outcomes, stalls past
-    the lock and polls whose records are unknown; whether the bug was triggered."""
+    the lock, polls whose records are unknown and share-partition leader failovers (each
+    step's chance: ``failover``; every poll's placement names the leader); whether the bug
+    was triggered."""
     rng = random.Random(seed)
     broker, h = Broker(bug, rng), History()
     t = 0.0
     holding: dict[int, list[tuple[int, int]]] = {}
+    lost: set[int] = set()  # processes whose holdings the failed leader took with it
     procs = list(range(1, consumers + 1))
     for _ in range(steps):
         t += rng.uniform(0.05, 2.0)
+        if failover and rng.random() < failover:  # (no draw without: the seeds' histories stay)
+            broker.failover()
+            lost |= set(holding)
+            continue
         if rng.random() < 0.25:
             n = rng.randint(1, 3)
             h.write(list(range(broker.end, broker.end + n)), t)
@@ -325,24 +418,28 @@ def simulate(seed: int, bug: str | None = None, consumers: int = 3,
                 t += LOCK + rng.uniform(1, 5)  # a stall past the lock
             acks = [(o, rng.choice((ACCEPT, ACCEPT, RELEASE, REJECT))) for o, _ in holding[p]]
             oks = [broker.ack(p, t + 0.05, o, out) for o, out in acks]
-            h.ack(p, t, t + 0.1, acks, ty="ok" if all(oks) else "fail")
+            # (to a dead leader: a transport error, in doubt)
+            h.ack(p, t, t + 0.1, acks, ty="ok" if all(oks) else "info" if p in lost else "fail")
             del holding[p]
+            lost.discard(p)
             continue
         got = broker.acquire(p, t + 0.05, rng.randint(1, 4))
         if rng.random() < 0.05:  # the poll's outcome is unknown: a new process goes on
             h.poll(p, t, t + 0.1, None, ty="info")
             procs[i] = max(procs) + 1
             continue
-        h.poll(p, t, t + 0.1, got)
+        h.poll(p, t, t + 0.1, got, leader=broker.leader)
         if got:
             holding[p] = got
     return h.ops, broker.triggered
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.integers(0, 2**32))
-def test_a_simulated_healthy_share_group_reports_nothing(seed):
-    ops, _ = simulate(seed)
+@given(st.integers(0, 2**32), st.sampled_from([0.0, 0.02, 0.1]))
+def test_a_simulated_healthy_share_group_reports_nothing(seed, failover):
+    """Failovers too: a new share-partition leader redelivers what was acquired, within the
+    old lock and with a count no higher, to polls whose placements name it."""
+    ops, _ = simulate(seed, failover=failover)
     assert both(ops) == []
 
 
@@ -361,6 +458,23 @@ def test_each_injected_broker_bug_is_its_anomaly(bug, expected):
         if not hit:
             assert found == set(), (seed, found)
     assert triggered >= 3, f"{bug}: seen {triggered} times in 25 seeds"
+
+
+@pytest.mark.parametrize(("bug", "expected"), [
+    ("count", SHARE_DELIVERY_COUNT), ("concurrent", SHARE_CONCURRENT_DELIVERY),
+])
+def test_failovers_excuse_no_injected_bug_they_do_not_explain(bug, expected):
+    """With failovers (a leader change every 50 steps or so), a broker that repeats a count or
+    hands out a locked record is still caught: the excuse needs the leader change or a lost
+    acknowledgement between the two deliveries."""
+    triggered = 0
+    for seed in range(25):
+        ops, hit = simulate(seed, bug, failover=0.02)
+        found = {t for t, _ in both(ops)}
+        triggered += hit and expected in found
+        if not hit:
+            assert found == set(), (seed, found)
+    assert triggered >= 15, f"{bug}: seen {triggered} times in 25 seeds"
 
 
 # -- bounds --------------------------------------------------------------------------------

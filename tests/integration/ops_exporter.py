@@ -35,7 +35,7 @@ LABEL_VALUES: dict[str, tuple[str, ...]] = {
     "partition": ("0", "1", "2"),
     "operator": ("key-fold", "txn-stage"),
     "reason": ("decode", "schema"),
-    "f": ("send", "poll", "txn", "assign", "subscribe", "crash"),
+    "f": ("send", "poll", "txn", "assign", "subscribe", "crash", "share-poll", "ack"),
     "type": ("ok", "fail", "info"),
     "kind": ("assigned", "revoked", "lost"),
     "code": ("_MSG_TIMED_OUT", "NOT_LEADER_OR_FOLLOWER"),

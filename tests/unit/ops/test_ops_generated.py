@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kmon.checker.anomaly import ANOMALY_TYPES
+from kmon.checker.anomaly import ANOMALY_TYPES, SHARE_ANOMALY_TYPES
 from kmon.checker.policy import ISOLATION_LEVELS, allowed_anomalies
 from kmon.cli import main
 from kmon.dashboards import generate, rules
@@ -179,3 +179,26 @@ def test_overview_covers_what_the_issue_asks_for() -> None:
                    "kmon_monitor_watermark_delay_seconds", "kmon_monitor_state_rows",
                    "kmon_dead_letters_total"):
         assert metric in exprs, metric
+
+
+def test_overview_has_a_share_group_row_for_every_share_anomaly() -> None:
+    """The share groups' row (docs/share-groups.md): its anomaly panels select exactly the
+    five share types, and its ops panel the share consumers' ops."""
+    dash = DASHBOARDS["kmon-overview"]()
+    rows = [p for p in dash["panels"] if p["type"] == "row"]
+    start = next(i for i, p in enumerate(dash["panels"]) if p["title"] == "Share groups (KIP-932)")
+    end = next(i for i, p in enumerate(dash["panels"])
+               if p["type"] == "row" and i > start)
+    panels = dash["panels"][start + 1:end]
+    assert rows and [p["title"] for p in panels] == [
+        "Share-group anomalies by type", "Share-group anomalies in the range",
+        "Share ops by outcome"]
+    for p in panels[:2]:
+        (expr,) = [t["expr"] for t in p["targets"]]
+        (selected,) = re.findall(r'anomaly=~"([^"]+)"', expr)
+        assert selected.split("|") == list(SHARE_ANOMALY_TYPES), p["title"]
+        assert "kmon_anomalies_total" in expr
+    (ops_expr,) = [t["expr"] for t in panels[2]["targets"]]
+    assert 'f=~"share-poll|ack"' in ops_expr and "kmon_probe_ops_total" in ops_expr
+    for t in SHARE_ANOMALY_TYPES:
+        assert t in panels[0]["description"], t

@@ -279,3 +279,131 @@ def test_page_has_a_lane_per_process_and_a_bar_per_op(lost_history: Path) -> Non
     log = html.split('<svg id="log"', 1)[1].split("</svg>", 1)[0]
     assert f'class="cell logcell unread" data-offset="{LOST_OFFSET}"' in log
     assert f'class="col evidence" data-offset="{LOST_OFFSET}"' in log
+
+
+# ---------------------------------------------------------------------------------------------
+# Share groups (KIP-932)
+
+SHARE_KEY, GROUP, S = 7, "sg", 1_000_000_000
+
+
+def share_history(first_ack: str = "ok", outcome: str = "release",
+                  leaders: tuple[int, int] = (1, 1)) -> list[Op]:
+    """Offset 176 written; process 1's share poll gets it (count 1) and acknowledges it, then
+    process 2's gets it again with count 1 and accepts it. Another key's records ride along."""
+    from kmon.history.model import KeyPlacement, ack, send, share_read
+
+    def meta(t0: float | None = None, leader: int | None = None, group: str | None = GROUP
+             ) -> OpMeta:
+        placed = {} if leader is None else {SHARE_KEY: KeyPlacement("t", 0, leader)}
+        return OpMeta(probe="p", group=group, placements=placed,
+                      invoke_time=None if t0 is None else int(t0 * S))
+
+    def pair(i: int, p: int, f: str, t0: float, t1: float, inv: Any, done: Any, ty: str = "ok",
+             leader: int | None = None, group: str | None = GROUP) -> list[Op]:
+        return [Op(i, int(t0 * S), p, "invoke", f, inv, (), meta(group=group)),
+                Op(i + 1, int(t1 * S), p, ty, f, done, (), meta(t0, leader, group))]
+
+    rec, other = [(176, "v176", 1)], [(3, "w3", 1)]
+    return [
+        *pair(0, 100, "send", 0, 0.01, [send(SHARE_KEY, "v176")], [send(SHARE_KEY, "v176", 176)],
+              group=None),
+        *pair(2, 1, "share-poll", 1, 1.1, [share_read(SHARE_KEY), share_read(8)],
+              [share_read(SHARE_KEY, rec), share_read(8, other)], leader=leaders[0]),
+        *pair(4, 1, "ack", 2, 2.1, [ack(SHARE_KEY, 176, outcome), ack(8, 3, "accept")],
+              [ack(SHARE_KEY, 176, outcome), ack(8, 3, "accept")], ty=first_ack),
+        *pair(6, 2, "share-poll", 40, 40.1, [share_read(SHARE_KEY)], [share_read(SHARE_KEY, rec)],
+              leader=leaders[1]),
+        *pair(8, 2, "ack", 41, 41.1, [ack(SHARE_KEY, 176, "accept")],
+              [ack(SHARE_KEY, 176, "accept")]),
+    ]
+
+
+SHARE_EVIDENCE = {"id": "sh-1", "anomaly": "share-delivery-count", "key": SHARE_KEY,
+                  "group": GROUP, "offset": 176, "value": "v176", "ops": [3, 7],
+                  "processes": [1, 2], "counts": [1, 1]}
+
+
+def test_share_ops_are_in_the_key_history_trimmed_to_the_key() -> None:
+    out = key_history(share_history(), SHARE_KEY)
+    assert [o.index for o in out] == list(range(10))
+    assert out[3].value == [("share-read", SHARE_KEY, [(176, "v176", 1)])]  # key 8's dropped
+    assert out[5].value == [("ack", SHARE_KEY, 176, "release")]
+    assert key_history(share_history(), 8)[1].value == [("share-read", 8, [(3, "w3", 1)])]
+
+
+def test_share_delivery_count_story(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    history = tmp_path / "share.jsonl"
+    with history.open("w") as f:
+        dump_jsonl(share_history(), f)
+    ev = write_evidence(tmp_path, **SHARE_EVIDENCE)
+    html = tmp_path / "share.html"
+    assert main(["investigate", "--evidence", str(ev), "--history", str(history),
+                 "--html", str(html)]) == 0
+    out = capsys.readouterr().out
+    # the ops, each in words: deliveries with their counts and leader, acks with outcomes
+    assert re.search(r"\*\s+3\s+1 .* ok\s+share-poll\s+share group sg: delivered 176 \(v176, "
+                     r"count 1\); leader 1", out)
+    assert re.search(r" 5\s+1 .* ok\s+ack\s+share group sg: acknowledged 176 RELEASE", out)
+    assert re.search(r" 9\s+2 .* ok\s+ack\s+share group sg: acknowledged 176 ACCEPT", out)
+    assert re.search(r"\*\s+176\s+v176\s+op 1 \(p100, ok\)\s+2 polls by processes 1, 2", out)
+    # each delivery of the offset: poll, process, count, leader, and how it was acknowledged
+    assert "Deliveries to share consumers of key 7's offsets in question:" in out
+    assert re.search(r"\*\s+176\s+v176\s+sg\s+3\s+1\s+\+1\.000000s\s+1\s+1\s+RELEASE by op 5: ok",
+                     out)
+    assert re.search(r"\*\s+176\s+v176\s+sg\s+7\s+2\s+\+40\.000000s\s+1\s+1\s+ACCEPT by op 9: ok",
+                     out)
+    assert "Verdict: share-delivery-count confirmed" in out
+    assert ("share group sg delivered offset 176 (v176) to op 3 (process 1, ok share-poll) with "
+            "count 1, then to op 7 (process 2, ok share-poll) with count 1, no higher") in out
+    page_text = html.read_text()
+    timeline = page_text.split('<svg id="timeline"', 1)[1].split("</svg>", 1)[0]
+    bars = re.findall(r'<g class="op ([^"]+)" data-index="(\d+)"', timeline)
+    assert {int(i): c for c, i in bars} == {
+        1: "send ok", 3: "share-poll ok evidence", 5: "ack ok", 7: "share-poll ok evidence",
+        9: "ack ok"}
+    log = page_text.split('<svg id="log"', 1)[1].split("</svg>", 1)[0]
+    for p in (1, 2):
+        lane = log.split(f'data-process="{p}"', 1)[1].split("</g>", 1)[0]
+        assert 'class="cell read" data-offset="176" data-values="v176"' in lane
+    assert '<pre id="deliveries">' in page_text
+
+
+def test_a_share_failover_story_is_not_an_anomaly() -> None:
+    """The live case: the first ack was lost with the leader and the new leader (2) delivered
+    176 with count 1 again: the checker allows it, and the story shows why."""
+    inv = investigate(pairs(share_history("info", "accept", (1, 2))),
+                      parse_evidence(SHARE_EVIDENCE), source="t")
+    assert not inv.verdict.confirmed
+    assert [(d.poll.index, d.count, d.leader, d.outcome, d.ack and d.ack.type)
+            for d in inv.deliveries[176]] == [(3, 1, 1, "accept", "info"), (7, 1, 2, "accept",
+                                                                           "ok")]
+    story = text(inv)
+    assert "Verdict: share-delivery-count NOT reproduced" in story
+    assert "--share-lock, --share-delivery-limit and --share-skew must be the monitor's" in story
+    assert "it alerts with severity warning (alert KmonAnomaly-share-delivery-count)" in story
+    assert re.search(r"\s+3\s+1\s+\+1\.000000s\s+1\s+1\s+ACCEPT by op 5: info", story)
+    from kmon.investigate.text import to_json
+    assert to_json(inv)["deliveries"][0] == {
+        "offset": 176, "value": "v176", "group": GROUP, "poll": 3, "process": 1,
+        "invoke-time": S, "count": 1, "leader": 1, "ack": 5, "outcome": "accept",
+        "ack-type": "info"}
+
+
+def test_share_settings_reach_the_re_check(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Two deliveries 39 s apart: within one lock of 60 s (share-concurrent-delivery), not of
+    Kafka's default 30 s. A bad setting is a usage error."""
+    history = tmp_path / "share.jsonl"
+    ops = [o for o in share_history() if o.index not in (4, 5)]  # process 1 never acks
+    with history.open("w") as f:
+        dump_jsonl(ops, f)
+    ev = write_evidence(tmp_path, anomaly="share-concurrent-delivery", key=SHARE_KEY,
+                        offset=176, ops=[3, 7])
+    args = ["investigate", "--evidence", str(ev), "--history", str(history)]
+    assert main(args) == 1
+    assert main([*args, "--share-lock", "60s"]) == 0
+    out = capsys.readouterr().out
+    assert "within one 60000 ms lock, neither acknowledging it first" in out
+    assert "never (its lock expires)" in out
+    assert main([*args, "--share-lock", "soon"]) == 2
