@@ -114,6 +114,11 @@ def latency(spark: Any, boot: str, rate: int, seconds: float, root: str) -> list
     one, has seen it). Sorted seconds."""
     import multiprocessing as mp
 
+    from pyspark import cloudpickle
+
+    # Imported by bench_monitor, this module is no __main__: Python workers, which cannot
+    # import it, get its functions by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     topic = f"bench-floor-live-{uuid.uuid4().hex[:8]}"
     bm.create_topic(boot, topic, 4)
     done: list[tuple[float, float]] = []  # (wall clock at the batch's end, newest event time)

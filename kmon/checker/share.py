@@ -82,6 +82,7 @@ MAX_RECORDS: Final = 4096  # per group and key: records in flight at once (4096 
 MAX_DELIVERIES: Final = 16  # per record: a broker past its limit is reported, not remembered
 MAX_BLIND: Final = 64  # unknown polls per group and key: older ones are forgotten
 MAX_PASSES: Final = 4096
+MAX_GAPS: Final = 16  # late lower deliveries a group's key keeps judging below (ShareLog.gaps)
 # Settled records forgotten online keep their settling and highest-count deliveries, so a
 # later redelivery is still judged; at most this many per group and key (the lowest go).
 MAX_SETTLED: Final = 4096
@@ -201,7 +202,8 @@ class ShareLog:
     """One share group's view of one key: its records, how far its deliveries went, the polls
     whose records are unknown, and how far lost writes have been judged."""
 
-    __slots__ = ("blind", "inflight", "judged", "low", "passes", "records", "settled")
+    __slots__ = ("blind", "first_end", "gaps", "inflight", "judged", "low", "passes", "records",
+                 "settled")
 
     def __init__(self) -> None:
         self.records: dict[int, ShareRecord] = {}
@@ -212,6 +214,10 @@ class ShareLog:
         self.passes: list[tuple[int, int]] = []
         self.inflight: dict[Any, int] = {}  # process -> invocation of its share poll
         self.blind: list[tuple[int, int]] = []  # (start, end) of polls with unknown records
+        self.first_end = NEVER  # when the group's first poll that was delivered anything ended
+        # (lo, hi, passed): offsets strictly between lo and hi, below the lowest delivery when
+        # those above them were judged, until a later delivery of lo; passed by ``passed``
+        self.gaps: list[tuple[int, int, int]] = []
 
     def nbytes(self) -> int:
         recs = sum(sys.getsizeof(r) + sum(sys.getsizeof(d) for d in r.deliveries)
@@ -220,18 +226,20 @@ class ShareLog:
                     for r in self.settled.values())
         return (sys.getsizeof(self) + sys.getsizeof(self.records) + recs
                 + sys.getsizeof(self.settled) + sys.getsizeof(self.passes)
-                + sys.getsizeof(self.blind))
+                + sys.getsizeof(self.blind) + sys.getsizeof(self.gaps))
 
     def rows(self) -> tuple:
         return ({o: r.row() for o, r in self.records.items()}, self.low, self.judged,
                 list(self.passes), dict(self.inflight), list(self.blind),
-                {o: r.row() for o, r in self.settled.items()})
+                {o: r.row() for o, r in self.settled.items()}, self.first_end, list(self.gaps))
 
 
 def log_of(rows: tuple) -> ShareLog:
     """The inverse of ``ShareLog.rows`` (the saved state)."""
     g = ShareLog()
-    records, g.low, g.judged, passes, g.inflight, blind, settled = rows
+    records, g.low, g.judged, passes, g.inflight, blind, settled = rows[:7]
+    if len(rows) > 7:  # (saved before gaps were kept: none)
+        g.first_end, g.gaps = rows[7], [tuple(x) for x in rows[8]]
     g.records = {o: record_of(r) for o, r in records.items()}
     g.settled = {o: record_of(r) for o, r in settled.items()}
     g.passes = [tuple(p) for p in passes]
@@ -270,6 +278,8 @@ def polled(logs: dict[str, ShareLog], group: str, process: Any, op: int, ty: str
         if off > top:
             top = off
     g.passes.append((top, end))
+    if end < g.first_end:
+        g.first_end = end
     if len(g.passes) > MAX_PASSES:
         del g.passes[0]
 
@@ -292,6 +302,11 @@ def _delivered(g: ShareLog, off: int, value: Any, d: Delivery) -> None:
     elif off < g.low:
         if g.judged == g.low:  # (a late lower delivery, nothing judged above the old low yet)
             g.judged = off
+        elif off + 1 < g.low and len(g.gaps) < MAX_GAPS:
+            # offsets above it were judged while the old low was the lowest delivery: those
+            # between are judged apart, passed when the group's first poll ended (every poll
+            # so far was delivered the old low or above)
+            g.gaps.append((off, g.low, g.first_end))
         g.low = off
 
 
@@ -351,6 +366,9 @@ def next_due(logs: dict[str, ShareLog], grace: int, cfg: ShareSettings) -> int:
             if rec.due(grace) < due:
                 due = rec.due(grace)
         for _, t in g.passes:
+            if t + cfg.lock_ns + cfg.skew_ns + grace < due:
+                due = t + cfg.lock_ns + cfg.skew_ns + grace
+        for _, _, t in g.gaps:
             if t + cfg.lock_ns + cfg.skew_ns + grace < due:
                 due = t + cfg.lock_ns + cfg.skew_ns + grace
     return due
@@ -430,6 +448,8 @@ def _judge_lost(g: ShareLog, st: KeyState, group: str, now: int, cfg: ShareSetti
                 sink: Sink) -> None:
     """Judge offsets above ``g.judged`` in order while the first delivery past each is old
     enough (``now``: the watermark less the grace period)."""
+    if g.gaps:
+        _judge_gaps(g, st, group, now, cfg, sink)
     if g.low < 0 or not g.passes:
         return
     wait = cfg.lock_ns + cfg.skew_ns
@@ -452,6 +472,26 @@ def _judge_lost(g: ShareLog, st: KeyState, group: str, now: int, cfg: ShareSetti
         g.judged = off
         off += 1
     g.passes = [p for p in g.passes if p[0] > g.judged]
+
+
+def _judge_gaps(g: ShareLog, st: KeyState, group: str, now: int, cfg: ShareSettings,
+                sink: Sink) -> None:
+    """Judge the offsets of each gap (``ShareLog.gaps``) once it was passed long enough, as
+    ``_judge_lost`` judges the others: without them, how batches fall would decide whether a
+    write below a late lower delivery is judged."""
+    left = []
+    for lo, hi, passed in g.gaps:
+        if passed + cfg.lock_ns + cfg.skew_ns > now:
+            left.append((lo, hi, passed))
+            continue
+        for off in range(max(lo + 1, st.base), hi):
+            if off not in g.records and off not in g.settled:
+                _lost_at(g, st, group, off, passed, cfg, sink)
+    g.gaps = left
+
+
+def _in_gap(g: ShareLog, off: int) -> bool:
+    return any(lo < off < hi for lo, hi, _ in g.gaps)
 
 
 def _lost_at(g: ShareLog, st: KeyState, group: str, off: int, passed: int, cfg: ShareSettings,
@@ -493,7 +533,8 @@ def _forget(g: ShareLog, horizon: int, cfg: ShareSettings) -> None:
     """Drop records already judged for loss, settled and idle since ``horizon``; polls in
     flight that long (of killed processes) become blind ones."""
     done = [o for o, r in g.records.items()
-            if o <= g.judged and r.time <= horizon and _settled(r, cfg)]
+            if o <= g.judged and r.time <= horizon and _settled(r, cfg)
+            and not (g.gaps and _in_gap(g, o))]
     for o in done:
         g.settled[o] = _pruned(g.records.pop(o), cfg)
     while len(g.settled) > MAX_SETTLED:

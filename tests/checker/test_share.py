@@ -477,6 +477,23 @@ def test_failovers_excuse_no_injected_bug_they_do_not_explain(bug, expected):
     assert triggered >= 15, f"{bug}: seen {triggered} times in 25 seeds"
 
 
+def test_a_write_below_a_late_lower_delivery_is_judged_however_batches_fall():
+    """Failovers deliver lower offsets late: offset 0 reached the group after offsets from 2
+    up had been judged (online, a batch at a time), and offset 1, lost by the broker, lay
+    between. Online judged nothing below the lowest delivery it had when it judged those
+    above, so whether 1 was reported depended on how batches fell (found 2026-11-26)."""
+    ops, hit = simulate(4, "lose", failover=0.02)
+    assert hit and both(ops) == [(SHARE_LOST, 1)]
+    triggered = 0
+    for seed in range(25):
+        ops, hit = simulate(seed, "lose", failover=0.02)
+        found = {t for t, _ in both(ops)}  # online at every step equals offline
+        triggered += hit and SHARE_LOST in found
+        if not hit:
+            assert found == set(), (seed, found)
+    assert triggered >= 3, f"seen {triggered} times in 25 seeds"
+
+
 # -- bounds --------------------------------------------------------------------------------
 
 
