@@ -62,7 +62,7 @@ STATE_SCHEMA = StructType([StructField("data", BinaryType(), False)])
 PAGE_KEY_SCHEMA = StructType([StructField("page", LongType(), False)])
 # Cold window pages this Python worker last saved or loaded (Spark reuses workers across
 # tasks and micro-batches): a key whose head lists the same tokens skips reading them.
-PAGE_CACHE = state_pages.PageCache(256 << 20)
+PAGE_CACHE = state_pages.PageCache(64 << 20)  # per worker: a bound, rarely reached
 
 OUTPUT_SCHEMA = StructType([
     StructField("kind", StringType()),
