@@ -34,10 +34,12 @@ NO_DATA_WHEN_HEALTHY = {
     "overview.probe_client_errors": "a series per librdkafka error seen; a quiet run has none",
     "overview.firing_alerts": "ALERTS of kmon's alerts firing: none on a healthy run",
     "annotations.monitor_restarts": "a mark where a monitor (re)started: 2 minutes after start",
+    "overview.share_anomalies_in_range": "filters `> 0`: lists only share anomalies counted",
+    "overview.share_ops": "the probe's share consumers' ops: share.processes is 0 by default",
 }
 # Of those, the ones that must be empty: they would list an anomaly.
 EMPTY_WHEN_HEALTHY = ("overview.anomalies_last_hour", "drilldown.anomaly_totals",
-                      "overview.firing_alerts")
+                      "overview.firing_alerts", "overview.share_anomalies_in_range")
 RUN_SECONDS = 75.0  # how long the stack runs before the checks: several catch-up reads
 
 
