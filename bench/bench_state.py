@@ -39,8 +39,10 @@ from typing import Any
 
 from bench_monitor import bootstrap, create_topic, load, monitor_config, say
 
+from kmon.streaming.state_pages import DEFAULT_PAGE_SLOTS
+
 SECOND = 1_000_000_000
-LAYOUTS = {"paged": 512, "whole": 0}  # paged: state.page.slots' default
+LAYOUTS = {"paged": DEFAULT_PAGE_SLOTS, "whole": 0}
 WARM_BATCHES = 2  # left out of the batch time: query planning, JIT warm-up
 
 

@@ -6,13 +6,13 @@ of KB), while a micro-batch changes only their top: new writes, and reads near t
 log. So the monitor keeps the window's tables in **pages** of ``page_slots`` offsets, aligned
 to absolute offsets (a page keeps its number while the window grows above it and compaction
 drops pages below it), each page one value of a map state; everything else (the key's records,
-scalars, the value index and the window's **top**, from the page holding its last offset up)
-is the **head**, one value, rewritten every call.
+scalars, the value index and the window's **top**, its ``HOT_PAGES`` highest pages) is the
+**head**, one value, rewritten every call.
 
-Only the pages below the top are paged out ("cold"): the top grows with every send, and folding
-it into the head keeps a young key to one value, as before. A batch rewrites a cold page only
-when its bytes changed (a late read or ack below the top, a chunk's touch time), and drops the
-pages compaction forgot.
+Only the pages below the top are paged out ("cold"): the top grows with every send and takes
+the reads that keep up, and folding it into the head keeps a young key to one value, as
+before. A batch rewrites a cold page only when its bytes changed (a late read or ack below the
+top, a verdict marking old offsets), and drops the pages compaction forgot.
 
 ``page_slots`` 0 keeps the whole window in the head (the layout before pages). Either way the
 head names the geometry its pages were cut with, so a monitor restarted with another setting
