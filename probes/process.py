@@ -106,6 +106,7 @@ class Process:
         self.keys_version = -1
         self.rebalances: list[Rebalance] = []
         self.starts: dict[int, Start] = {}  # partitions assigned during the current op
+        self.starts_group: str | None = None  # the group of the consumer that recorded them
         # Keys the consumer had at its last poll (None: unknown, e.g. after an assign op): an
         # assignment that changed without a callback we saw is still logged as a rebalance.
         self.seen_assignment: set[int] | None = None
@@ -216,8 +217,11 @@ class Process:
         if self.errors and "error" not in meta:
             meta["error"] = "; ".join(dict.fromkeys(self.errors))
         if self.starts:
-            meta["starts"] = dict(self.starts)
-            meta.setdefault("group", self.group)
+            # A crash's close leaves no group: its starts are the closed consumer's.
+            group = meta.get("group") or self.group or self.starts_group
+            meta["group"] = group
+            if group == self.starts_group:
+                meta["starts"] = dict(self.starts)
             self.starts.clear()
         placements = {k: self._placement(k) for k in [*touched, *meta.get("starts", ())]}
         rebalances = tuple(self.rebalances)
@@ -298,7 +302,7 @@ class Process:
             if k is not None and k in restore:
                 tp.offset = restore[k]
                 restored.append(tp)
-                self.starts[k] = Start(tp.offset, START_RESTORED)
+                self._started({k: Start(tp.offset, START_RESTORED)})
             else:
                 self.positions.pop(k, None)
                 fresh.append(tp)
@@ -308,7 +312,7 @@ class Process:
             except (KafkaException, RuntimeError) as e:
                 self._error(e)  # librdkafka looks the offsets up itself (see start_offsets)
                 starts = self._client_starts(fresh)
-            self.starts.update(starts)
+            self._started(starts)
         consumer.assign(restored + fresh)  # instead of the automatic assign after this callback
 
     def _retired(self, consumer: Consumer) -> bool:
@@ -399,8 +403,20 @@ class Process:
             unlogged = tuple(sorted(keys - logged))
             if unlogged:
                 self.rebalances.append(Rebalance(kind, unlogged))
-        for k in assigned - before - logged:  # positioned by librdkafka, where it chose
-            self.starts.setdefault(k, Start(None, START_CLIENT))
+        # positioned by librdkafka, where it chose
+        self._started({k: Start(None, START_CLIENT) for k in assigned - before - logged},
+                      overwrite=False)
+
+    def _started(self, starts: dict[int, Start], overwrite: bool = True) -> None:
+        """Note where keys start, for the op's meta. An op's starts belong to one group: a
+        consumer closed inside an op (an assign op replacing a subscribe consumer) may be served
+        an assignment by its close, looked up in its own group; the op's own consumer's starts
+        replace those, so that no start is judged against another group's commits."""
+        if self.starts_group != self.group:
+            self.starts, self.starts_group = {}, self.group
+        for k, start in starts.items():
+            if overwrite or k not in self.starts:
+                self.starts[k] = start
 
     def _start_positions(self, consumer: Consumer, partitions: list[TopicPartition],
                          ) -> tuple[list[TopicPartition], dict[int, Start]]:
@@ -439,7 +455,7 @@ class Process:
             tps, starts = self._start_positions(
                 self.consumer, [TopicPartition(*self.keys.topic_partition(k)) for k in keys])
             self.consumer.assign(tps)
-            self.starts.update(starts)
+            self._started(starts)
             self.assign_starts = {(tp.topic, tp.partition): tp.offset for tp in tps}
             self.positions.clear()  # every assigned key restarts from its committed offset
             self.seen_assignment = None  # this op changed it: nothing to compare with

@@ -92,7 +92,9 @@ def test_assignment_changes_without_callbacks_are_logged_as_rebalances():
     from kmon.history.model import Rebalance, Start
     from kmon.probes.process import Process
 
-    proc = SimpleNamespace(seen_assignment=None, rebalances=[], starts={})
+    proc = SimpleNamespace(seen_assignment=None, rebalances=[], starts={}, group="g",
+                           starts_group="g")
+    proc._started = lambda starts, overwrite=True: Process._started(proc, starts, overwrite)
     Process._note_assignment(proc, {1, 2})  # first poll: nothing to compare with
     assert proc.rebalances == []
     Process._note_assignment(proc, {2})
