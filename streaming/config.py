@@ -270,8 +270,10 @@ class MonitorConfig:
         return self.checkpoint.rstrip("/") + "/metrics"
 
     def kafka_options(self) -> dict[str, str]:
-        """Options every Kafka source and sink of the monitor gets."""
-        return {"kafka.bootstrap.servers": self.bootstrap_servers, **self.source_options}
+        """Options every Kafka source of the monitor gets: kmon's defaults, the cluster, then
+        the ``source.*`` settings (which may override the defaults)."""
+        return {**SOURCE_DEFAULTS, "kafka.bootstrap.servers": self.bootstrap_servers,
+                **self.source_options}
 
     def producer(self) -> dict[str, str]:
         """librdkafka settings for the driver's producer (before kmon's own defaults)."""
@@ -432,6 +434,13 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
         spark_conf=passthrough["spark."],
     )
 
+
+# Spark's cached Kafka consumer leaves a fetch in flight after a task's reads; the next task's
+# seek waits for its answer, which on a partition with nothing newer comes after the broker's
+# fetch.max.wait.ms (500 ms by default). Stage 2's facts topic is such a topic: each of its
+# tasks waited it out while holding a core stage 1 needed (bench_monitor.py's latency run: the
+# facts read took 0.9-1.6 s of task time per stage-2 batch, 0.16-0.31 s with 20 ms).
+SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "20"}
 
 # state.partitions on a cluster at least: room to add executors before the checkpoint, which
 # keeps the count it was created with, has to move.

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +36,7 @@ from kmon.streaming.metrics import MonitorMetrics, broker_label, placement_label
 from kmon.streaming.snapshots import SnapshotStore
 from kmon.streaming.txnfold import bucket_of, fact_records
 
+PROFILE = os.environ.get("KMON_MONITOR_PROFILE") == "1"
 log = logging.getLogger("kmon.monitor")
 
 KEYS = "keys"  # stage 1: the query name suffix, the state operator label, the snapshot entry
@@ -155,13 +158,22 @@ class Outputs:
     # -- micro-batches ----------------------------------------------------------------------
     def key_batch(self, df: Any, batch_id: int) -> None:
         """``foreachBatch`` of stage 1."""
-        with stop_aware():
-            self.handle(KEYS, batch_id, df.collect())
+        self._batch(KEYS, df, batch_id)
 
     def txn_batch(self, df: Any, batch_id: int) -> None:
         """``foreachBatch`` of stage 2."""
+        self._batch(TRANSACTIONS, df, batch_id)
+
+    def _batch(self, stage: str, df: Any, batch_id: int) -> None:
         with stop_aware():
-            self.handle(TRANSACTIONS, batch_id, df.collect())
+            t0 = time.perf_counter()
+            rows = df.collect()
+            t1 = time.perf_counter()
+            self.handle(stage, batch_id, rows)
+        if PROFILE:  # the driver's share of a batch, beside the workers' (processors._Profile)
+            print(f"kmon-monitor-driver {stage} batch {batch_id}: {len(rows)} rows, collect "
+                  f"{t1 - t0:.3f} s, handle {time.perf_counter() - t1:.3f} s",
+                  file=sys.stderr, flush=True)
 
     def handle(self, stage: str, batch_id: int, rows: list[Any]) -> None:
         with self.lock:

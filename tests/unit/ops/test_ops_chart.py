@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from kmon.dashboards import generate, rules, tools
+from kmon.streaming.config import SOURCE_DEFAULTS
 from tests.chart import CHART, KUBE_VERSION, ROOT, TLS_FILES, Pod, by_kind, env_of, objects, render
 from tests.chart import pods as _pods
 from tests.chart import tool as _tool
@@ -391,6 +392,7 @@ def test_probe_and_monitor_read_what_the_chart_sets_sasl_ssl(
                                   **security | {k: v.replace("/probe/", "/monitor/")
                                                 for k, v in security.items() if "location" in k}}
     assert monitor.kafka_options() == {
+        **SOURCE_DEFAULTS,
         "kafka.bootstrap.servers": "events.example.com:9093",
         "kafka.security.protocol": "SASL_SSL",
         "kafka.sasl.mechanism": "SCRAM-SHA-256",
@@ -439,7 +441,7 @@ def test_plaintext_values_reach_probe_and_monitor(
     assert (probe.events_topic, probe.metrics_port, probe.rate) == ("ev", 9101, 7.0)
     assert probe.client_settings("consumer")["isolation.level"] == "read_committed"
     monitor = _monitor_settings(pods["monitor"], monkeypatch)
-    assert monitor.kafka_options() == {"kafka.bootstrap.servers": "kafka:9092",
+    assert monitor.kafka_options() == {**SOURCE_DEFAULTS, "kafka.bootstrap.servers": "kafka:9092",
                                        "kafka.security.protocol": "PLAINTEXT"}
     assert (monitor.events_topic, monitor.anomalies_topic, monitor.dead_letter_topic) == (
         "ev", "an", "dl")

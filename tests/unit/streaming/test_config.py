@@ -21,7 +21,9 @@ def test_defaults() -> None:
     assert cfg.events_topic == "kmon-events" and cfg.anomalies_topic == "kmon-anomalies"
     assert cfg.trigger_s == 1.0 and cfg.grace_s == 10.0 and cfg.unseen_grace_s == 60.0
     assert cfg.metrics_port == 9464 and cfg.max_events_per_trigger == 200_000
-    assert cfg.kafka_options() == {"kafka.bootstrap.servers": "b:9092"}
+    # Short fetch waits: a task's seek waits out the fetch its predecessor left in flight.
+    assert cfg.kafka_options() == {"kafka.bootstrap.servers": "b:9092",
+                                   "kafka.fetch.max.wait.ms": "20"}
     assert cfg.stage1_checkpoint == "/tmp/ck/keys" and cfg.metrics_dir == "/tmp/ck/metrics"
 
 
@@ -41,6 +43,8 @@ def test_yaml_file_nested_keys_and_passthrough(tmp_path) -> None:
     assert cfg.trigger_s == 0.5 and cfg.grace_s == 120
     assert cfg.kafka_options()["kafka.security.protocol"] == "SASL_SSL"
     assert cfg.producer()["sasl.username"] == "kmon"
+    tuned = load(overrides=[*REQUIRED, "source.kafka.fetch.max.wait.ms=100"], env={})
+    assert tuned.kafka_options()["kafka.fetch.max.wait.ms"] == "100"  # a source.* setting wins
     assert cfg.spark_conf == {"master": "spark://m:7077"}
 
 
