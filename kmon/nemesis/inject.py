@@ -132,3 +132,195 @@ INJECTORS: dict[str, Callable[[list[Op], str], Injected]] = {
     "server-side-filtering": server_side_filtering,
     "torn-transaction": torn_transaction,
 }
+
+
+# -- share groups (KIP-932) ---------------------------------------------------------------------
+#
+# A healthy share group's history (the share-healthy row's) with one broken promise written
+# in. Kafka 4.4 keeps these promises under every fault kmon has, so a replay is the only row
+# for them (docs/share-groups.md defines each rule and what it allows). Each injection keeps
+# clear of the neighbouring rules: a record delivered again carries a higher delivery count,
+# and an invented delivery's poll overlaps or follows the acks it must not be excused by.
+
+SKEW_NS = 1_000_000_000  # CheckConfig's default share_skew_ns: the margins below exceed it
+MS = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class _Delivery:
+    """One record of an ok share poll: where the poll is in the history, and its times."""
+
+    pos: int
+    poll: Op
+    key: Any
+    offset: int
+    value: Any
+    count: int
+
+    @property
+    def start(self) -> int:
+        meta = self.poll.meta
+        return meta.invoke_time if meta is not None and meta.invoke_time else self.poll.time
+
+
+def _deliveries(ops: list[Op]) -> list[_Delivery]:
+    return [_Delivery(i, op, k, o, v, c) for i, op in enumerate(ops)
+            if op.type == "ok" and op.f == "share-poll"
+            for k, recs in op.share_reads().items() for o, v, c in recs]
+
+
+def _acked(ops: list[Op]) -> dict[tuple[Any, int, Any], tuple[str, Op]]:
+    """(process, key, offset) -> the outcome and op of its ok acknowledgement (the last)."""
+    out: dict[tuple[Any, int, Any], tuple[str, Op]] = {}
+    for op in ops:
+        if op.type == "ok" and op.f == "ack":
+            for k, o, outcome in op.acks():
+                out[(op.process, k, o)] = (outcome, op)
+    return out
+
+
+def _invoked_at(op: Op) -> int:
+    return op.meta.invoke_time if op.meta is not None and op.meta.invoke_time else op.time
+
+
+def _with_ops(ops: list[Op], added: list[Op]) -> list[Op]:
+    """``ops`` with ``added`` placed by time, every op renumbered in the new order (the
+    checker and the monitor take op indices as the history's order)."""
+    merged = sorted([*ops, *added], key=lambda o: o.time)
+    return [dataclasses.replace(o, index=i) for i, o in enumerate(merged)]
+
+
+def _new_process(ops: list[Op]) -> int:
+    return max((o.process for o in ops if isinstance(o.process, int)), default=0) + 1000
+
+
+def _share_pair(d: _Delivery, process: int, start: int, end: int, count: int) -> list[Op]:
+    """A share poll by ``process`` over [start, end] delivering ``d``'s record with ``count``,
+    its meta (group, probe, the key's placement) the original poll's."""
+    meta = d.poll.meta
+    assert meta is not None
+    place = {d.key: meta.placements[d.key]} if d.key in meta.placements else {}
+    done_meta = dataclasses.replace(meta, placements=place, invoke_time=start)
+    return [Op(0, start, process, "invoke", "share-poll", [("share-read", d.key, None)],
+               meta=dataclasses.replace(done_meta, invoke_time=None)),
+            Op(0, end, process, "ok", "share-poll",
+               [("share-read", d.key, [(d.offset, d.value, count)])], meta=done_meta)]
+
+
+def _ack_pair(d: _Delivery, process: int, start: int, end: int, outcome: str) -> list[Op]:
+    meta = d.poll.meta
+    assert meta is not None
+    place = {d.key: meta.placements[d.key]} if d.key in meta.placements else {}
+    mops = [("ack", d.key, d.offset, outcome)]
+    return [Op(0, start, process, "invoke", "ack", mops,
+               meta=dataclasses.replace(meta, placements=place, invoke_time=None)),
+            Op(0, end, process, "ok", "ack", mops,
+               meta=dataclasses.replace(meta, placements=place, invoke_time=start))]
+
+
+def _last_delivery(ds: list[_Delivery]) -> dict[tuple[Any, int], _Delivery]:
+    out: dict[tuple[Any, int], _Delivery] = {}
+    for d in ds:
+        out[(d.key, d.offset)] = d
+    return out
+
+
+def share_delivery_count(ops: list[Op], prefix: str) -> Injected:
+    """A redelivery after an ok RELEASE reports the released delivery's count again (the
+    rule's own example), as a partition leader that lost its count would."""
+    ds = _deliveries(ops)
+    acked = _acked(ops)
+    for i, a in enumerate(ds):
+        outcome, ack = acked.get((a.poll.process, a.key, a.offset), ("", None))
+        if outcome != "release" or ack is None:
+            continue
+        later = [b for b in ds[i + 1:] if (b.key, b.offset) == (a.key, a.offset)
+                 and b.start > a.poll.time]
+        if not later or later[0].count <= a.count:
+            continue
+        b = later[0]
+        recs = [(o, v, a.count if o == b.offset else c) for o, v, c in b.poll.share_reads()[b.key]]
+        value = [("share-read", k, recs if k == b.key else m[2]) for m in b.poll.value
+                 for k in (m[1],)]
+        out = list(ops)
+        out[b.pos] = dataclasses.replace(b.poll, value=value)
+        what = (f"key {b.key} offset {b.offset}: released (ok) after its delivery with count "
+                f"{a.count}, then redelivered with count {a.count} (really {b.count})")
+        return renamed(out, prefix), what
+    raise ValueError("no released record redelivered with a higher count to rewrite")
+
+
+def share_redelivered(ops: list[Op], prefix: str) -> Injected:
+    """A record rejected (ok) is delivered again, to a poll invoked seconds after the ack."""
+    ds = _deliveries(ops)
+    acked = _acked(ops)
+    last = _last_delivery(ds)
+    for d in ds:
+        outcome, ack = acked.get((d.poll.process, d.key, d.offset), ("", None))
+        if outcome != "reject" or ack is None or last[(d.key, d.offset)] is not d:
+            continue
+        polls = [(i, op) for i, op in enumerate(ops) if op.type == "ok" and op.f == "share-poll"
+                 and _invoked_at(op) > ack.time + 3 * SKEW_NS
+                 and any(m[1] == d.key for m in op.value)]
+        if not polls or d.count >= 5:
+            continue
+        i, poll = polls[0]
+        rec = (d.offset, d.value, d.count + 1)
+        value = [("share-read", m[1], sorted([*(m[2] or ()), rec]) if m[1] == d.key else m[2])
+                 for m in poll.value]
+        out = list(ops)
+        out[i] = dataclasses.replace(poll, value=value)
+        what = (f"key {d.key} offset {d.offset}: rejected (ok) by process {d.poll.process}, "
+                f"delivered again to process {poll.process} "
+                f"{(_invoked_at(poll) - ack.time) / 1e9:.1f} s later")
+        return renamed(out, prefix), what
+    raise ValueError("no rejected record followed by a poll of its key to deliver it to")
+
+
+def share_double_accept(ops: list[Op], prefix: str) -> Injected:
+    """A record accepted (ok) is delivered to a second consumer while the first consumer's
+    ACCEPT is in flight, and accepted again (ok): two ACCEPTs of one record both succeed."""
+    ds = _deliveries(ops)
+    acked = _acked(ops)
+    last = _last_delivery(ds)
+    for d in ds:
+        outcome, ack = acked.get((d.poll.process, d.key, d.offset), ("", None))
+        if outcome != "accept" or ack is None or last[(d.key, d.offset)] is not d:
+            continue
+        start = _invoked_at(ack)
+        if d.count >= 5 or ack.time - start < 2 * MS:
+            continue
+        p = _new_process(ops)
+        added = (_share_pair(d, p, start + MS, ack.time + MS, d.count + 1)
+                 + _ack_pair(d, p, ack.time + 2 * MS, ack.time + 3 * MS, "accept"))
+        what = (f"key {d.key} offset {d.offset}: accepted (ok) by process {d.poll.process}; "
+                f"process {p} (invented) delivered it with count {d.count + 1} during that "
+                "ack and accepted it too (ok)")
+        return renamed(_with_ops(ops, added), prefix), what
+    raise ValueError("no accepted record whose ack took long enough to slip a delivery into")
+
+
+def share_concurrent_delivery(ops: list[Op], prefix: str, lock_ns: int = 3_000_000_000,
+                              ) -> Injected:
+    """A record is delivered to a second consumer during the first one's poll, under the same
+    lock, before either acknowledged it (``lock_ns``: the group's lock, the matrix's 3 s)."""
+    ds = _deliveries(ops)
+    for d in ds:
+        end = d.poll.time
+        if d.count >= 5 or end - d.start < 3 * MS or end - d.start + 2 * SKEW_NS > lock_ns:
+            continue
+        p = _new_process(ops)
+        added = _share_pair(d, p, d.start + MS, end - MS, d.count)
+        what = (f"key {d.key} offset {d.offset}: delivered to process {d.poll.process} and, "
+                f"within the same poll's time and lock, to process {p} (invented), count "
+                f"{d.count} both")
+        return renamed(_with_ops(ops, added), prefix), what
+    raise ValueError("no share poll short enough to put a second delivery within its lock")
+
+
+INJECTORS.update({
+    "share-delivery-count": share_delivery_count,
+    "share-redelivered": share_redelivered,
+    "share-double-accept": share_double_accept,
+    "share-concurrent-delivery": share_concurrent_delivery,
+})

@@ -10,9 +10,9 @@ probe on the cluster); rows without a fault (healthy, read-uncommitted) run toge
 Proxy rows run the probe behind the Kafka protocol proxy (``kmon.local.kafka_proxy``), whose
 filters make the real brokers' answers misbehave as a Kafka-compatible broker's did
 (``kmon.nemesis.protocol``); what the proxy did stays done (a hidden batch stays hidden) until
-the row's probe has made its final read, then the proxy is reset. (Injected rows, a replay of
-the healthy row's history with the finding written in, ``kmon.nemesis.inject``, are what the
-proxy rows replaced; ``run_injected`` still replays one when asked.)
+the row's probe has made its final read, then the proxy is reset. Injected rows replay a quiet
+row's history (their scenario's ``base``) with the finding written in (``kmon.nemesis.inject``):
+share groups' broken promises, which no fault here makes Kafka break.
 
 Detection time: fault start (for the unclean election, the election itself: that is when the
 loss happens; for injected rows, when the replay was produced) to the first verdict of an
@@ -541,23 +541,25 @@ REGENERATE = ("kmon run &   # the local stack, with Toxiproxy\n"
 
 
 def run_all(m: Matrix, names: Sequence[str] | None = None) -> list[RowResult]:
-    """Every row (or ``names``): quiet rows together, injected replays of the healthy row's
-    history, then each fault row; settle and collect."""
+    """Every row (or ``names``): quiet rows together, injected replays of their base rows'
+    histories, then each fault row; settle and collect."""
     from kmon.history import iter_ops
 
     chosen = [s for s in SCENARIOS if names is None or s.name in names]
     quiet = [s for s in chosen if s.origin != "injected" and s.make_fault is None]
     injected = [s for s in chosen if s.origin == "injected"]
-    if injected and not any(s.name == "healthy" for s in quiet):
-        quiet.insert(0, _scenario("healthy"))  # the history the injected rows replay
+    for base in dict.fromkeys(s.base for s in injected):
+        if not any(s.name == base for s in quiet):
+            quiet.append(_scenario(base))  # the history its injected rows replay
     if quiet:
         m.run_quiet(quiet)
-    if injected:
-        healthy_history = m.results["healthy"].history
-        assert healthy_history is not None
-        base = list(iter_ops(healthy_history))
-        for s in injected:
-            m.run_injected(s, base)
+    histories: dict[str, list[Op]] = {}
+    for s in injected:
+        if s.base not in histories:
+            path = m.results[s.base].history
+            assert path is not None
+            histories[s.base] = list(iter_ops(path))
+        m.run_injected(s, histories[s.base])
     for s in chosen:
         if s.make_fault is not None:
             m.run_fault(s)
@@ -603,7 +605,10 @@ def write_doc(path: Path, rows: Sequence[RowResult], took_s: float, settings: Ma
         "behind the Kafka protocol proxy (Kroxylicious with kmon's filters, "
         "`kmon.local.kafka_proxy`), whose filter makes the brokers' answers misbehave as the "
         "bug did, while the real probe's clients talk to it (`kmon.nemesis.protocol`; the "
-        "section below links each bug and says how its filter imitates it).\n"
+        "section below links each bug and says how its filter imitates it); `injected`: a "
+        "replay of a quiet row's real history with the finding written in "
+        "(`kmon.nemesis.inject`), for share groups' promises, which Kafka keeps under every "
+        "fault here and no proxy filter breaks yet.\n"
         "- **forbidden**: every type neither expected nor allowed must not be reported; the "
         "column names the serious ones (`kmon.nemesis.scenarios` has each row's allowances).\n"
         "- **monitor reported**: `kmon_anomalies_total` (and `kmon_unseen_verdicts_total` as "

@@ -18,8 +18,11 @@ it (``duplicate`` only when a value is on disk at two offsets); the runner check
 ``origin`` tells real faults on real Kafka (``real``) from a real broker made to misbehave by
 the Kafka protocol proxy between the probe's clients and the brokers (``proxy``:
 ``kmon.nemesis.protocol``), for the anomalies of Kafka-compatible brokers that Kafka cannot
-be made to produce on demand. (``injected``, a replay of a history with the finding written
-in, ``kmon.nemesis.inject``, is what those rows were before the proxy; no row uses it now.)
+be made to produce on demand, and from replays (``injected``): the history of the quiet row
+``base`` with the finding written in (``kmon.nemesis.inject``), replayed into the monitor.
+Only share groups' broken promises are replays: Kafka 4.4 keeps them under every fault kmon
+has, and no proxy filter imitates a share-partition leader yet. (The Bufstream and
+KAFKA-17754 findings were replays before the proxy; their injectors remain as offline tests.)
 """
 
 from __future__ import annotations
@@ -65,10 +68,11 @@ class Scenario:
     must: tuple[str, ...] = ()
     any_of: tuple[str, ...] = ()
     allowed: tuple[str, ...] = KAFKA_NORMAL
-    origin: str = "real"  # "real", "proxy" (or "injected": a replay, no row uses it now)
+    origin: str = "real"  # "real", "proxy" or "injected" (a replay of ``base``'s history)
     evidence: str | None = None
     note: str = ""
     reproduces: str = ""  # Markdown: the bug the row reproduces and how (proxy rows)
+    base: str = "healthy"  # injected rows: the quiet row whose history they replay
 
 
 def _leader(cluster: LocalCluster, prefix: str) -> Target:
@@ -119,6 +123,21 @@ SCENARIOS: tuple[Scenario, ...] = (
              allowed=(*KAFKA_NORMAL, "lost-write", "unseen", "poll-skip", "int-poll-skip",
                       "torn-transaction"),
              note="acknowledged records deleted before the share group was delivered them"),
+    # What Kafka 4.4 does not do under any fault here: replays of the share-healthy row's
+    # history, each with one broken promise written in (kmon.nemesis.inject says how).
+    Scenario("share-double-accept", "share", None, must=("share-double-accept",),
+             origin="injected", base="share-healthy",
+             note="a record delivered to a second consumer during the first one's ACCEPT, "
+                  "and accepted by both (ok)"),
+    Scenario("share-redelivered", "share", None, must=("share-redelivered",),
+             origin="injected", base="share-healthy",
+             note="a record rejected (ok) delivered again seconds later"),
+    Scenario("share-concurrent-delivery", "share", None, must=("share-concurrent-delivery",),
+             origin="injected", base="share-healthy",
+             note="a record delivered to two consumers under one lock, neither acknowledging"),
+    Scenario("share-delivery-count", "share", None, must=("share-delivery-count",),
+             origin="injected", base="share-healthy",
+             note="a record released (ok) redelivered with the same delivery count"),
     Scenario("unclean-election", "unclean",
              # 6 s of writes on the leader alone (default 3): more acks=1 records to lose.
              lambda c, p, prefix: UncleanElection(c, topic_prefix=prefix, lag=6.0),

@@ -4,7 +4,8 @@ nothing else?
 One module run (``kmon.nemesis.matrix.Matrix``): one in-process monitor on the suite's Spark
 session watches one events topic; the rows run their probes into it (faults one after the
 other; the rows without a fault together first: healthy, read-uncommitted, healthy through
-the Kafka protocol proxy and healthy with share consumers), the proxy rows reproduce the
+the Kafka protocol proxy and healthy with share consumers), replays of the share-healthy
+row's history with one of KIP-932's promises broken, the proxy rows reproduce the
 Bufstream/KAFKA-17754 findings with real clients and real brokers through the Kafka protocol
 proxy's filters, then the watermark is moved past every grace period and each test asserts on
 what the monitor counted for its row (verdicts are attributed by the probe topics' prefix,
@@ -25,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from kmon.history import iter_ops
 from kmon.nemesis.fixtures import kafka_proxy, toxiproxy  # noqa: F401  (pytest fixture)
 from kmon.nemesis.matrix import (
     OFFLINE_ONLY,
@@ -42,6 +44,10 @@ PROXY = ("spurious-zero-offset", "server-side-filtering", "torn-transaction", "a
          "duplicated-produce", "lost-offset-commit")
 FAULTS = ("delete-records", "share-delete-records", "unclean-election", "offsets-unclean",
           "idempotence-off", "pause-leader", "crash-leader", "net-timeout", *PROXY)
+# Replays of the share-healthy row's history with one of KIP-932's promises broken: Kafka
+# keeps them under every fault here (kmon.nemesis.scenarios).
+INJECTED = ("share-double-accept", "share-redelivered", "share-concurrent-delivery",
+            "share-delivery-count")
 SAFE = ("healthy", "kproxy-healthy", "share-healthy", "pause-leader", "crash-leader",
         "net-timeout")
 DURATIONS = {"healthy": 10.0, "read-uncommitted": 10.0, "kproxy-healthy": 10.0,
@@ -76,6 +82,11 @@ def matrix(spark: Any, local_cluster: Any, toxiproxy: Any, kafka_proxy: Any,  # 
 @pytest.fixture(scope="module")
 def rows(matrix: Matrix) -> dict[str, RowResult]:
     matrix.run_quiet([BY_NAME[n] for n in QUIET])
+    share_history = matrix.results["share-healthy"].history
+    assert share_history is not None
+    base = list(iter_ops(share_history))
+    for name in INJECTED:
+        matrix.run_injected(BY_NAME[name], base)
     for name in FAULTS:
         matrix.run_fault(BY_NAME[name])
     matrix.settle()
@@ -176,6 +187,17 @@ def test_read_uncommitted_with_aborts_is_g1a(rows: dict[str, RowResult]) -> None
     assert r.reported.get("G1a", 0) > 0, r.reported
     assert r.verdict == "pass", r.why
     assert "G1a" in (r.offline or {})
+
+
+@pytest.mark.parametrize("name", INJECTED)
+def test_share_groups_broken_promises_are_reported_once(rows: dict[str, RowResult],
+                                                        name: str) -> None:
+    """One broken promise written into a real share group's history: the monitor and `kmon
+    check` each report it once, and nothing else (the row's verdict)."""
+    r = rows[name]
+    assert r.verdict == "pass", f"{r.why}: {r.reported} ({r.evidence})"
+    assert r.reported.get(name, 0) == 1 == (r.offline or {}).get(name, 0), (
+        r.reported, r.offline, r.evidence)
 
 
 def test_idempotence_off_retries_duplicate_when_the_broker_did(

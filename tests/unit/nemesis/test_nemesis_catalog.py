@@ -74,7 +74,7 @@ def test_scenarios_name_real_anomalies_and_presets() -> None:
     for s in scenarios.SCENARIOS:
         assert s.preset in presets.PRESETS, s.name
         assert {*s.must, *s.any_of, *s.allowed} <= known, s.name
-        assert s.origin in ("real", "proxy"), s.name
+        assert s.origin in ("real", "proxy", "injected"), s.name
     healthy = scenarios.BY_NAME["healthy"]
     assert not healthy.must and not healthy.any_of and healthy.make_fault is None
 
