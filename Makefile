@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # pip runs again only when pyproject.toml changes, so a warm `make setup` takes a second.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup run test lint unit integration bench soak matrix chaos repro
+.PHONY: setup run test lint unit integration bench soak matrix chaos repro tansu
 
 # `kmon dashboards install-tools`: the operations tests' tools. helm and kubeconform (go install
 # of pinned versions into $KMON_CACHE/bin, a few minutes once), offline Kubernetes and CRD
@@ -92,3 +92,9 @@ matrix: setup
 	$(BIN)/kmon cluster up
 	$(BIN)/kmon nemesis proxy up
 	$(BIN)/kmon nemesis matrix --out docs/detection-matrix.md
+
+# tansu, a third-party Kafka-compatible broker under judgement (docs/brokers/tansu.md): cargo
+# install of a pinned version with its storage engines into $KMON_CACHE, about 25 minutes on
+# 2 cores once; `kmon cluster up --broker tansu --storage memory|sqlite` then runs it.
+tansu: setup
+	$(BIN)/python -c 'from kmon.local import tansu; tansu.install()'

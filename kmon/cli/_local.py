@@ -46,12 +46,13 @@ def errors_as_usage() -> Iterator[None]:
     """Bad settings become usage errors (exit 2); failures of the stack itself exit 1."""
     from kmon.local.cluster import ClusterError
     from kmon.local.prometheus import PrometheusError
+    from kmon.local.tansu import TansuError
 
     try:
         yield
     except SettingError as exc:
         raise UsageError(str(exc)) from exc
-    except (ClusterError, PrometheusError) as exc:
+    except (ClusterError, PrometheusError, TansuError) as exc:
         raise SystemExit(f"kmon: {exc}") from exc
 
 

@@ -13,7 +13,8 @@
                     (``kmon.local.extra_broker``)
     base + 20       Prometheus
     base + 21       Alertmanager
-    base + 22..23   reserved: Grafana
+    base + 22       reserved: Grafana
+    base + 23       a tansu broker (``kmon.local.tansu``: a third-party broker under judgement)
     base + 24       the Kafka protocol proxy's bootstrap (Kroxylicious with kmon's fault filters,
                     ``kafka_proxy_bootstrap``; ``kmon.local.kafka_proxy``)
     base + 25..28   the Kafka protocol proxy's port per broker, node ids 1..4
@@ -102,6 +103,10 @@ class Ports:
         if not 0 <= slot < METRICS_SLOTS:
             raise ValueError(f"metrics slot {slot} out of range 0..{METRICS_SLOTS - 1}")
         return self.base + 30 + slot
+
+    @property
+    def tansu(self) -> int:
+        return self.base + 23
 
     @property
     def spark_master(self) -> int:

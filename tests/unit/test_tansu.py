@@ -1,0 +1,69 @@
+"""The tansu harness without its binary: settings, commands, and `kmon cluster --broker tansu`
+refusing what it cannot do with a clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kmon.cli import main
+from kmon.env import SettingError
+from kmon.local import tansu
+from kmon.local.ports import Ports
+
+
+def _kmon(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    message = ""
+    try:
+        code = main(argv)
+    except SystemExit as e:  # a failure of the stack exits with its message
+        code, message = (e.code, "") if isinstance(e.code, int) else (1, str(e.code))
+    out = capsys.readouterr()
+    return code, out.out + out.err + message
+
+
+@pytest.fixture
+def homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KMON_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KMON_CACHE", str(tmp_path / "cache"))  # nothing built there
+    monkeypatch.setenv("KMON_PORT_BASE", "21000")
+    return tmp_path
+
+
+def test_each_engine_runs_one_broker_on_its_port(homes: Path) -> None:
+    memory = tansu.LocalTansu(storage="memory")
+    assert memory.bootstrap == f"127.0.0.1:{Ports(21000).tansu}"
+    cmd = memory.command(Path("/bin/tansu"))
+    assert cmd[:2] == ["/bin/tansu", "broker"]
+    assert cmd[cmd.index("--storage-engine") + 1] == "memory://tansu/"
+    assert cmd[cmd.index("--advertised-listener-url") + 1] == f"tcp://{memory.bootstrap}"
+    sqlite = tansu.LocalTansu(storage="sqlite")
+    db = sqlite.command(Path("/bin/tansu"))[-1]
+    assert db == f"sqlite://{homes / 'home' / 'tansu' / 'tansu.db'}"
+    with pytest.raises(SettingError, match="--storage: must be one of memory, sqlite"):
+        tansu.LocalTansu(storage="s3")
+
+
+def test_a_build_with_other_features_is_not_used(homes: Path) -> None:
+    root = tansu.root_dir()
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "tansu").write_text("")
+    assert tansu.find_binary() is None  # no stamp: which features is unknown
+    (root / ".features").write_text("dynostore\n")  # the memory engine only
+    assert tansu.find_binary() is None
+    (root / ".features").write_text(" ".join(tansu.FEATURES) + "\n")
+    assert tansu.find_binary() == root / "bin" / "tansu"
+
+
+def test_cluster_verbs_say_what_is_wrong(homes: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _kmon(["cluster", "up", "--broker", "tansu"], capsys)
+    assert code == 2 and "kmon: error: tansu 0.6.0 is not built: run `make tansu`" in out
+    code, out = _kmon(["cluster", "kill", "2", "--broker", "tansu"], capsys)
+    assert code == 2 and "--broker tansu: one node, 1 (not 2)" in out
+    code, out = _kmon(["cluster", "up", "--storage", "sqlite"], capsys)
+    assert code == 2 and "--storage: only with --broker tansu" in out
+    code, out = _kmon(["cluster", "status", "--broker", "tansu"], capsys)
+    assert code == 1 and "tansu stopped" in out
+    code, out = _kmon(["cluster", "pause", "1", "--broker", "tansu"], capsys)
+    assert code == 1 and "tansu is not running" in out
