@@ -142,7 +142,9 @@ class LocalTansu:
 
     def storage_url(self) -> str:
         if self.storage == "sqlite":
-            return f"sqlite://{self.root / 'tansu.db'}"
+            # tansu 0.6.0 takes a sqlite URL's host and path relative to its working directory
+            # (``root``), even an absolute path: sqlite:///a/b opens <cwd>/a/b.
+            return "sqlite://tansu.db"
         return "memory://tansu/"
 
     def command(self, binary: Path) -> list[str]:
@@ -198,8 +200,12 @@ class LocalTansu:
     def wait_serving(self, pid: int, timeout: float) -> None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
         deadline = time.monotonic() + timeout
+        while not procs.port_in_use(self.port) and procs.is_alive(pid):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)  # (a client connecting before it listens logs refusals)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
         while True:
             if not procs.is_alive(pid):
                 raise TansuError(f"tansu exited at start; its log:\n{procs.tail(self.log_path)}")
