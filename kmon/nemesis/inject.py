@@ -21,7 +21,7 @@ little as the finding does:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kmon.history.model import KeyPlacement, Op
@@ -218,11 +218,16 @@ def _ack_pair(d: _Delivery, process: int, start: int, end: int, outcome: str) ->
                meta=dataclasses.replace(meta, placements=place, invoke_time=start))]
 
 
-def _last_delivery(ds: list[_Delivery]) -> dict[tuple[Any, int], _Delivery]:
-    out: dict[tuple[Any, int], _Delivery] = {}
+def _last_acked(ops: list[Op], outcome: str) -> Iterator[tuple[_Delivery, Op]]:
+    """Each record's last delivery, with its ok ack op, where that ack's outcome is
+    ``outcome`` (the record delivered no more after it)."""
+    ds = _deliveries(ops)
+    acked = _acked(ops)
+    last = {(d.key, d.offset): d for d in ds}
     for d in ds:
-        out[(d.key, d.offset)] = d
-    return out
+        got, ack = acked.get((d.poll.process, d.key, d.offset), ("", None))
+        if got == outcome and ack is not None and last[(d.key, d.offset)] is d:
+            yield d, ack
 
 
 def share_delivery_count(ops: list[Op], prefix: str) -> Injected:
@@ -252,13 +257,7 @@ def share_delivery_count(ops: list[Op], prefix: str) -> Injected:
 
 def share_redelivered(ops: list[Op], prefix: str) -> Injected:
     """A record rejected (ok) is delivered again, to a poll invoked seconds after the ack."""
-    ds = _deliveries(ops)
-    acked = _acked(ops)
-    last = _last_delivery(ds)
-    for d in ds:
-        outcome, ack = acked.get((d.poll.process, d.key, d.offset), ("", None))
-        if outcome != "reject" or ack is None or last[(d.key, d.offset)] is not d:
-            continue
+    for d, ack in _last_acked(ops, "reject"):
         polls = [(i, op) for i, op in enumerate(ops) if op.type == "ok" and op.f == "share-poll"
                  and _invoked_at(op) > ack.time + 3 * SKEW_NS
                  and any(m[1] == d.key for m in op.value)]
@@ -280,13 +279,7 @@ def share_redelivered(ops: list[Op], prefix: str) -> Injected:
 def share_double_accept(ops: list[Op], prefix: str) -> Injected:
     """A record accepted (ok) is delivered to a second consumer while the first consumer's
     ACCEPT is in flight, and accepted again (ok): two ACCEPTs of one record both succeed."""
-    ds = _deliveries(ops)
-    acked = _acked(ops)
-    last = _last_delivery(ds)
-    for d in ds:
-        outcome, ack = acked.get((d.poll.process, d.key, d.offset), ("", None))
-        if outcome != "accept" or ack is None or last[(d.key, d.offset)] is not d:
-            continue
+    for d, ack in _last_acked(ops, "accept"):
         start = _invoked_at(ack)
         if d.count >= 5 or ack.time - start < 2 * MS:
             continue
