@@ -9,6 +9,7 @@ import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
 
 import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.message.EndTxnRequestData;
 import org.apache.kafka.common.message.FetchRequestData;
 import org.apache.kafka.common.message.FetchResponseData;
 import org.apache.kafka.common.message.MetadataResponseData;
@@ -27,6 +28,7 @@ import org.apache.kafka.common.message.ResponseHeaderData;
 import org.apache.kafka.common.record.MemoryRecords;
 import org.apache.kafka.common.record.MutableRecordBatch;
 
+import io.kroxylicious.proxy.filter.EndTxnRequestFilter;
 import io.kroxylicious.proxy.filter.FetchRequestFilter;
 import io.kroxylicious.proxy.filter.FetchResponseFilter;
 import io.kroxylicious.proxy.filter.FilterContext;
@@ -43,7 +45,8 @@ import io.kroxylicious.proxy.filter.ResponseFilterResult;
  * through {@link Control}, and then touch only topics under the activation's prefix.
  */
 final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
-        ProduceResponseFilter, FetchRequestFilter, FetchResponseFilter, OffsetCommitRequestFilter {
+        ProduceResponseFilter, FetchRequestFilter, FetchResponseFilter, OffsetCommitRequestFilter,
+        EndTxnRequestFilter {
 
     /** Fetch v13+ names topics by id: learnt from the metadata answers clients get. */
     private static final Map<Uuid, String> TOPIC_NAMES = new ConcurrentHashMap<>();
@@ -53,6 +56,14 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
     }
 
     private final Map<Integer, List<Torn>> torn = new ConcurrentHashMap<>();
+
+    /**
+     * Per transactional id, its open transaction's writes so far: {@code false} once one was
+     * forwarded, {@code true} once one was torn; gone at its EndTxn. A producer's writes to
+     * partitions led by different brokers travel in different requests, over connections each
+     * with a filter of its own, hence one map for all.
+     */
+    private static final Map<String, Boolean> OPEN_TXNS = new ConcurrentHashMap<>();
 
     // --- metadata ------------------------------------------------------------------------
 
@@ -114,19 +125,29 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
         }
     }
 
-    /** One partition's write in a transaction dropped, if the torn-transaction fault says so. */
+    /**
+     * One partition's write in a transaction dropped, if the torn-transaction fault says so:
+     * at most one per transaction, and only when another write of it is forwarded (earlier, or
+     * in this request), so that the transaction is torn (KAFKA-17754), not wholly lost. A tear
+     * of every write, in requests to different brokers, left nothing of the transaction to read
+     * (CI, 2026-11-27: four lost writes and no torn transaction).
+     */
     private static List<Torn> tear(ProduceRequestData request) {
         Activation a = Faults.get(Faults.TORN_TRANSACTION);
         List<Torn> out = new ArrayList<>();
         if (a == null) {
             return out;
         }
+        String txn = request.transactionalId();
+        Boolean before = OPEN_TXNS.get(txn);  // null: nothing of this transaction forwarded yet
+        int writes = request.topicData().stream().mapToInt(t -> t.partitionData().size()).sum();
+        boolean mayTear = Boolean.FALSE.equals(before) || (before == null && writes > 1);
         for (Iterator<TopicProduceData> ti = request.topicData().iterator(); ti.hasNext();) {
             TopicProduceData t = ti.next();
             for (Iterator<PartitionProduceData> pi = t.partitionData().iterator(); pi.hasNext();) {
                 PartitionProduceData p = pi.next();
                 Long marker = Filtering.lastMarker(Filtering.tp(t.name(), p.index()));
-                if (out.isEmpty() && marker != null && a.draw(t.name())) {
+                if (mayTear && out.isEmpty() && marker != null && a.draw(t.name())) {
                     MemoryRecords r = (MemoryRecords) p.records();
                     Sequences.add(Sequences.key(Batches.producerId(r), Batches.producerEpoch(r),
                             t.name(), p.index()), Batches.recordCount(r));
@@ -141,7 +162,20 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
                 ti.remove();
             }
         }
+        if (!out.isEmpty()) {
+            OPEN_TXNS.put(txn, true);
+        }
+        else if (before == null && a.matches(request.topicData().iterator().next().name())) {
+            OPEN_TXNS.put(txn, false);
+        }
         return out;
+    }
+
+    @Override
+    public CompletionStage<RequestFilterResult> onEndTxnRequest(short version,
+            RequestHeaderData header, EndTxnRequestData request, FilterContext ctx) {
+        OPEN_TXNS.remove(request.transactionalId());  // the next transaction starts afresh
+        return ctx.forwardRequest(header, request);
     }
 
     /** Idempotence stripped from a plain produce, which is then also sent a second time. */
