@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_kafka_args(up)
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait (default 180)")
     up.add_argument("--storage", choices=_storages(), default=None,
-                    help="tansu's storage engine (default memory)")
+                    help="tansu's storage engine (default: the one it last ran with, else "
+                    "memory)")
 
     down = verbs.add_parser("down", help="stop every node; no process is left behind")
     add_stack_args(down)
@@ -157,8 +158,8 @@ def _tansu(args: argparse.Namespace) -> int:
     with errors_as_usage():
         if getattr(args, "node", 1) != 1:
             raise SettingError(f"--broker tansu: one node, 1 (not {args.node})")
-        probe = LocalTansu(args.home, args.port_base)
-        storage = getattr(args, "storage", None) or probe.last_storage() or "memory"
+        last = LocalTansu(args.home, args.port_base).last_storage()
+        storage = getattr(args, "storage", None) or last or "memory"
         t = LocalTansu(args.home, args.port_base, storage)
         if args.verb in ("up", "start"):
             pid = t.up(timeout=getattr(args, "timeout", 60.0))

@@ -15,7 +15,7 @@ Engines (``--storage``):
 
 - ``memory``: ``memory://tansu/``, an in-process object store (tansu's ``dynostore``):
   everything is gone when the process dies;
-- ``sqlite``: ``sqlite://<home>/tansu/tansu.db`` (tansu's ``libsql``), kept across restarts.
+- ``sqlite``: ``<KMON_HOME>/tansu/tansu.db`` (tansu's ``libsql``), kept across restarts.
 
 (``postgres`` is built in too; running it needs a PostgreSQL server, not wired here yet.)
 
