@@ -252,7 +252,29 @@ def share_delivery_count(ops: list[Op], prefix: str) -> Injected:
         what = (f"key {b.key} offset {b.offset}: released (ok) after its delivery with count "
                 f"{a.count}, then redelivered with count {a.count} (really {b.count})")
         return renamed(out, prefix), what
-    raise ValueError("no released record redelivered with a higher count to rewrite")
+    return _repeat_released_count(ops, prefix)
+
+
+def _repeat_released_count(ops: list[Op], prefix: str) -> Injected:
+    """The delivery-count finding where the history redelivered no released record (the
+    consumer that released it may hold it, prefetched, past the run's end): an invented
+    consumer is delivered it after the release with the released delivery's count, and
+    accepts it."""
+    end = max(o.time for o in ops)
+    for d, ack in _last_acked(ops, "release"):
+        # (the poll begins beyond the skew after the release: else it may overlap the
+        # delivery's lock, a concurrent delivery)
+        at = ack.time + 2 * SKEW_NS
+        if d.count >= 5 or at + SKEW_NS > end:
+            continue
+        p = _new_process(ops)
+        added = (_share_pair(d, p, at, at + MS, d.count)
+                 + _ack_pair(d, p, at + 2 * MS, at + 3 * MS, "accept"))
+        what = (f"key {d.key} offset {d.offset}: released (ok) by process {d.poll.process} "
+                f"after its delivery with count {d.count}; process {p} (invented) delivered "
+                f"it again with count {d.count} and accepted it")
+        return renamed(_with_ops(ops, added), prefix), what
+    raise ValueError("no released record (ok) to redeliver with the same count")
 
 
 def share_redelivered(ops: list[Op], prefix: str) -> Injected:

@@ -302,7 +302,11 @@ class Matrix:
 
         r = self._row(s)
         r.probe = f"mx{self.tag}-{s.name}.inj"
-        ops, r.evidence = inject.INJECTORS[s.name](list(base), r.prefix)
+        try:
+            ops, r.evidence = inject.INJECTORS[s.name](list(base), r.prefix)
+        except ValueError as exc:  # the base lacks what the finding is written into
+            r.error = f"nothing to inject into: {exc}"
+            return
         r.ops = sum(1 for o in ops if o.type != "invoke")
         r.offline = offline_counts_of(ops, "read_committed")
         t0 = min(o.time for o in ops)

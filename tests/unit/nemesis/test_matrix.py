@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kmon.checker import check
@@ -136,3 +138,43 @@ def test_a_row_whose_probe_crashed_fails_saying_so_and_is_not_run_again() -> Non
     assert m.probe_deaths == ["delete-records: the probe process died during shutdown: "
                               "killed by SIGSEGV"]
     assert m.nemesis.heals == 1
+
+
+def _first_deliveries_only(ops: list[Op]) -> list[Op]:
+    """``ops`` without any redelivery (count above 1) or acknowledgement of one: a run whose
+    released records nobody was delivered again (CI's share-healthy run once)."""
+    out, dropped = [], set()
+    for op in ops:
+        if op.type == "ok" and op.f == "share-poll" and op.value:
+            dropped |= {(op.process, m[1], r[0]) for m in op.value for r in m[2] or () if r[2] > 1}
+            op = dataclasses.replace(op, value=[
+                ("share-read", m[1], [r for r in m[2] or () if r[2] == 1]) for m in op.value])
+        elif op.f == "ack" and op.value:
+            op = dataclasses.replace(op, value=[
+                m for m in op.value if (op.process, m[1], m[2]) not in dropped])
+        out.append(op)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_delivery_count_finding_needs_no_redelivery_in_the_base(seed: int) -> None:
+    ops, _ = simulate(seed, consumers=3, steps=300)
+    base = inject.renamed(_first_deliveries_only(ops), "x")
+    assert not any(check(base).errors.values())
+    assert not [d for d in inject._deliveries(base) if d.count > 1]
+    injected, what = inject.share_delivery_count(base, "kmon-mx-t-share-delivery-count")
+    found = {t: len(v) for t, v in check(injected).errors.items() if v}
+    assert found == {"share-delivery-count": 1}, (what, found)
+    assert "invented" in what
+
+
+def test_a_base_without_what_an_injection_needs_fails_only_that_row() -> None:
+    # CI once ran a share-healthy row with no released record to work on: one row's
+    # failure, not the whole detection module's.
+    sent: list = []
+    m = _matrix([])
+    m._send = sent.extend
+    m.run_injected(BY_NAME["share-redelivered"], [])
+    r = m.results["share-redelivered"]
+    assert r.error.startswith("nothing to inject into: no rejected record")
+    assert sent == []
