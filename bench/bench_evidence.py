@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_monitor import bootstrap
 
 DAY = 86400.0
 ANOMALIES = ("lost-write", "duplicate", "poll-skip", "unseen", "G1a", "inconsistent-offsets")
@@ -66,18 +68,6 @@ class Timing:
 
 
 # -- Kafka -------------------------------------------------------------------------------------
-
-def bootstrap() -> tuple[str, Any]:
-    if os.environ.get("KMON_BOOTSTRAP"):
-        return os.environ["KMON_BOOTSTRAP"], None
-    from kmon import env
-    from kmon.local.cluster import LocalCluster
-
-    cluster = LocalCluster(home=env.kmon_home() / "test",
-                           port_base=env.port_base() + env.PORT_SPAN // 2)
-    cluster.up()
-    return str(cluster.bootstrap), cluster
-
 
 def create_topic(boot: str, name: str, partitions: int) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -205,6 +206,7 @@ def main() -> None:
             measure(spark, boot, topic, rate, root)
     finally:
         spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
         if cluster is not None and os.environ.get("KMON_KEEP_CLUSTER") != "1":
             cluster.down()
 

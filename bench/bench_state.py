@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -159,6 +160,7 @@ def main() -> int:
                                 args.per_batch))
     finally:
         spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
         if cluster is not None and os.environ.get("KMON_KEEP_CLUSTER") != "1":
             cluster.down()
     report(runs, args.per_batch)

@@ -73,6 +73,7 @@ def local_cluster(external_bootstrap: str | None) -> Iterator[LocalCluster]:
     home, base = suite_stack()
     cluster = LocalCluster(home=home, port_base=base)
     cluster.up()
+    cluster.drop_topics("")  # earlier sessions' (the suite's stack is its own)
     yield cluster
     if os.environ.get("KMON_KEEP_CLUSTER") != "1":
         cluster.down()

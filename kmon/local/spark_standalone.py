@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -114,6 +115,7 @@ class SparkStandalone:
         """Start the master and every worker that is not running (idempotent); return once
         the master counts every worker alive."""
         if self.pid() is None:
+            self._clear_stopped_workers()
             self._start(None, [MASTER_CLASS, "--host", "127.0.0.1",
                                "--port", str(self.ports.spark_master),
                                "--webui-port", str(self.ports.spark_master_ui)])
@@ -122,6 +124,16 @@ class SparkStandalone:
             if self.pid(n) is None:
                 self.start_worker(n)
         self.wait_workers(len(SPARK_WORKER_IDS), timeout)
+
+    def _clear_stopped_workers(self) -> None:
+        """Empty the work and local directories of workers that are not running, before a
+        new master: no application of theirs can be alive, and each left its executors'
+        unpacked archives (about 450 MB each) and shuffle files behind (Spark's own worker
+        cleanup waits days, ``spark.worker.cleanup.appDataTtl``)."""
+        for n in SPARK_WORKER_IDS:
+            if self.pid(n) is None:
+                for d in (self.work_dir(n), self._dir(n) / "local"):
+                    shutil.rmtree(d, ignore_errors=True)
 
     def start_worker(self, n: int) -> None:
         work = self.work_dir(n)
@@ -145,7 +157,8 @@ class SparkStandalone:
                 raise SettingError(f"port {port} ({name}) is already in use; pick another "
                                    "base with KMON_PORT_BASE")
         props = self._properties(worker)
-        # Kept small: executors' logs of earlier applications would fill the work directory.
+        # Earlier runs' applications are removed by up() (_clear_stopped_workers), not by
+        # the worker's periodic cleanup; the master remembers few finished ones.
         props.write_text("spark.worker.cleanup.enabled false\n"
                          "spark.deploy.retainedApplications 20\n")
         cmd = [str(spark_home() / "bin" / "spark-class"), args[0],

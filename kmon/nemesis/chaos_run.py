@@ -257,6 +257,7 @@ class Chaos:
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         core_dumps()
+        self.cluster.drop_topics("kmon-ch-")  # earlier chaos runs'
         self._create_events_topic()
         if self.spark is not None:
             self._on_standalone(self.spark)

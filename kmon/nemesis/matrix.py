@@ -158,6 +158,7 @@ class Matrix:
             "topics.facts": f"kmon-mx-fa-{t}", "topics.dead-letters": f"kmon-mx-dl-{t}",
             # A metrics port is not needed: the runner reads the monitor's registry in-process.
             "metrics.port": 0, "trigger": "1s", "txn.trigger": "1s", **MONITOR_TIMING})
+        self.cluster.drop_topics("kmon-mx-")  # earlier matrices' (each leaves about 60)
         self._create_events_topic()
         self.monitor = Monitor(cfg, self.spark)
         self.monitor.start()

@@ -96,3 +96,18 @@ def test_kmon_run_leaves_a_cluster_it_did_not_start_running(local_cluster: Local
             run.kill()
             run.wait()
     assert local_cluster.pids() == before
+
+
+def test_drop_topics_deletes_what_earlier_runs_left_and_nothing_else(
+        local_cluster: LocalCluster) -> None:
+    for name in ("kmon-droptest-a.0", "kmon-droptest-a.1", "kmon-droptest-b", "kmon-keeptest-c"):
+        local_cluster.create_topic(name, partitions=1, replication_factor=1)
+    dropped = local_cluster.drop_topics("kmon-droptest-", keep=["kmon-droptest-b"])
+    assert dropped == ["kmon-droptest-a.0", "kmon-droptest-a.1"]
+    left = set(local_cluster._metadata(None, 30).topics)
+    assert {"kmon-droptest-b", "kmon-keeptest-c"} <= left
+    assert not {"kmon-droptest-a.0", "kmon-droptest-a.1"} & left
+    # The readiness topic is never swept, whatever the prefix.
+    assert local_cluster.drop_topics("kmon-re") == []
+    assert "kmon-ready" in set(local_cluster._metadata(None, 30).topics)
+    assert local_cluster.drop_topics("kmon-droptest-") == ["kmon-droptest-b"]
