@@ -217,17 +217,23 @@ class Monitor:
         if not _exists(spark, self.cfg.stage1_checkpoint + "/offsets"):
             facts_start = end_offsets(self.cfg, self.cfg.facts_topic)
         trigger = _ms(self.cfg.trigger_s)
+        # Each query's jobs in its own scheduler pool (session.POOLS_FILE): a query's thread
+        # takes the pool set in the starting thread.
+        sc = spark.sparkContext
+        sc.setLocalProperty("spark.scheduler.pool", f"kmon-{KEYS}")
         self.queries[KEYS] = (
             stage1(spark, self.cfg, self.partitions).writeStream.queryName(f"kmon-{KEYS}")
             .foreachBatch(self.outputs.key_batch)
             .option("checkpointLocation", self.cfg.stage1_checkpoint)
             .trigger(processingTime=trigger).start())
+        sc.setLocalProperty("spark.scheduler.pool", f"kmon-{TRANSACTIONS}")
         self.queries[TRANSACTIONS] = (
             stage2(spark, self.cfg, facts_start).writeStream
             .queryName(f"kmon-{TRANSACTIONS}")
             .foreachBatch(self.outputs.txn_batch)
             .option("checkpointLocation", self.cfg.stage2_checkpoint)
             .trigger(processingTime=_ms(self.cfg.txn_trigger_s)).start())
+        sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         self._progress = _ProgressPoller(self)
         self._progress.start()
 

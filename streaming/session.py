@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[2]"  # this machine has 2 cores; the monitor is one job among several
+POOLS_FILE = Path(__file__).with_name("pools.xml")  # the FAIR scheduler's pools
 
 
 def connector_jars(cache: str | os.PathLike[str] | None = None) -> list[str]:
@@ -79,6 +80,11 @@ def spark_conf(
         "spark.ui.enabled": "false",
         # The progress bar garbles the logs of `kmon run` and pytest; metrics report progress.
         "spark.ui.showConsoleProgress": "false",
+        # Stage 2's batches (every txn.trigger) must not hold the cores stage 1's batches
+        # wait for: each query runs in a pool of its own (Monitor.start), stage 1's weighed
+        # 8 to 1 (pools.xml).
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(POOLS_FILE),
     }
     if jars is None and (s3a := s3a_classpath()):
         settings["spark.driver.extraClassPath"] = os.pathsep.join(s3a)

@@ -112,3 +112,18 @@ def test_archive_aliases_name_where_spark_unpacks_each_archive() -> None:
     assert archive_aliases("/a/kmon-env.tar.gz#environment, hdfs:///b/x.zip") == {
         "environment", "x.zip"}
     assert archive_aliases("") == set()
+
+
+def test_each_query_has_a_scheduler_pool_stage_one_weighed_above_stage_two() -> None:
+    import xml.etree.ElementTree as ET
+
+    from kmon.streaming.outputs import KEYS, TRANSACTIONS
+    from kmon.streaming.session import POOLS_FILE
+
+    conf = spark_conf(jars=[])
+    assert conf["spark.scheduler.mode"] == "FAIR"
+    assert conf["spark.scheduler.allocation.file"] == str(POOLS_FILE)
+    pools = {p.get("name"): int(p.findtext("weight")) for p in ET.parse(POOLS_FILE).getroot()}
+    # Monitor.start names the pools after the queries; an unknown name would get weight 1
+    assert set(pools) == {f"kmon-{KEYS}", f"kmon-{TRANSACTIONS}"}
+    assert pools[f"kmon-{KEYS}"] > pools[f"kmon-{TRANSACTIONS}"]
