@@ -140,6 +140,7 @@ class Matrix:
         self.kafka_proxy = kafka_proxy_of(cluster)
         self.monitor: Monitor | None = None
         self.results: dict[str, RowResult] = {}
+        self.scenarios: dict[str, Scenario] = {}  # each row's, by name (any scenario list)
         self.probe_deaths: list[str] = []  # probe processes that crashed, and the row
         self._emitted = 0  # op events handed to the events topic, by every probe and replay
 
@@ -198,6 +199,7 @@ class Matrix:
         r = RowResult(s.name, s.origin, s.preset, s.note, s.must, s.any_of, forbidden_types(s))
         r.prefix = f"kmon-mx-{self.tag}-{s.name}"
         self.results[s.name] = r
+        self.scenarios[s.name] = s
         return r
 
     def _duration(self, s: Scenario) -> float:
@@ -348,7 +350,7 @@ class Matrix:
         evidence = read_evidence(self.cluster.bootstrap, self.monitor.cfg.anomalies_topic)
         counts = self._counts_by_prefix()
         for name, r in self.results.items():
-            s = _scenario(name)
+            s = self.scenarios[name]
             r.reported = counts.get(r.prefix, {})
             firsts = [e["detected_at"] / SECOND for e in evidence
                       if e["probe"] == r.probe and not e.get("update")

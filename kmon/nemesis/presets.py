@@ -28,6 +28,7 @@ class Preset:
     settings: dict[str, str] = field(default_factory=dict)
     proxied: bool = False  # the probe's clients bootstrap through the Toxiproxy proxies
     kafka_proxied: bool = False  # ... or through the Kafka protocol proxy
+    tansu: bool = False  # ... or talk to the local tansu broker (its op events still go to Kafka)
     pairs_with: tuple[str, ...] = ()  # the faults that make this preset bite
 
     def probe_settings(self, cluster: LocalCluster | None = None) -> dict[str, str]:
@@ -36,6 +37,8 @@ class Preset:
             out["kafka.bootstrap.servers"] = cluster.proxied_bootstrap
         if self.kafka_proxied and cluster is not None:
             out["kafka.bootstrap.servers"] = cluster.ports.kafka_proxy_bootstrap
+        if self.tansu and cluster is not None:
+            out["kafka.bootstrap.servers"] = f"127.0.0.1:{cluster.ports.tansu}"
         return out
 
     def client_settings(self, section: str) -> dict[str, str]:
@@ -162,6 +165,20 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
             "txn_share": "0",  # transactions need acks=all and idempotence: plain sends only
         },
         pairs_with=("unclean-election",),
+    ),
+    Preset(
+        "tansu",
+        "the probe's safe settings against one tansu broker (`kmon cluster up --broker tansu`)",
+        settings={
+            "replication_factor": "1",  # one node: nothing to replicate to
+            "min_insync_replicas": "1",
+            # tansu 0.6.0 creates a topic with its default partition count when given explicit
+            # replica assignments, so the probe would wait for partitions that never come
+            # (docs/brokers/tansu.md)
+            "coverage": "false",
+        },
+        tansu=True,
+        pairs_with=("tansu-pause", "tansu-crash"),
     ),
 )}
 

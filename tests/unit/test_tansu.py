@@ -68,3 +68,13 @@ def test_cluster_verbs_say_what_is_wrong(homes: Path, capsys: pytest.CaptureFixt
     assert code == 1 and "tansu stopped" in out
     code, out = _kmon(["cluster", "pause", "1", "--broker", "tansu"], capsys)
     assert code == 1 and "tansu is not running" in out
+
+
+def test_broker_report_refuses_what_it_cannot_run(homes: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _kmon(["nemesis", "broker-report", "--storage", "memory,postgres"], capsys)
+    assert code == 2 and "kmon: error: --storage: postgres: one or more of memory, sqlite" in out
+    code, out = _kmon(["nemesis", "broker-report", "--storage", ","], capsys)
+    assert code == 2 and "--storage: (none)" in out
+    code, out = _kmon(["nemesis", "broker-report"], capsys)
+    assert code == 2 and "tansu 0.6.0 is not built: run `make tansu`" in out

@@ -117,7 +117,8 @@ class _Nemesis:
 def _matrix(runs: list[str]) -> Matrix:
     """A matrix whose fault row's probe process crashes."""
     m = Matrix.__new__(Matrix)
-    m.tag, m.results, m.probe_deaths, m.nemesis = "t", {}, [], _Nemesis()
+    m.tag, m.results, m.scenarios, m.probe_deaths = "t", {}, {}, []
+    m.nemesis = _Nemesis()
 
     def run(_s: Scenario, r: RowResult) -> None:
         runs.append(r.prefix)
