@@ -129,7 +129,7 @@ def run_tansu(m: Matrix, storages: Sequence[str]) -> list[RowResult]:
 
 
 REGENERATE = ("make tansu   # once: builds tansu 0.6.0 with cargo (about 25 minutes)\n"
-              "kmon run &   # the local Apache Kafka stack: the op events and the monitor\n"
+              "kmon cluster up && kmon nemesis proxy up   # the local Kafka stack: op events\n"
               "kmon nemesis broker-report --broker tansu --out docs/brokers/tansu-runs.md\n"
               "# or: make broker-report BROKER=tansu")
 
