@@ -38,10 +38,8 @@ def tansu_of(cluster: LocalCluster, storage: str = "memory") -> LocalTansu:
     return LocalTansu(home=cluster.home, port_base=cluster.ports.base, storage=storage)
 
 
-class TansuPause(Fault):
-    """SIGSTOP the tansu broker; SIGCONT to undo."""
-
-    kind = "pause"
+class _TansuFault(Fault):
+    """A process fault on the one tansu broker."""
 
     def __init__(self, tansu: LocalTansu) -> None:
         self.tansu = tansu
@@ -49,6 +47,12 @@ class TansuPause(Fault):
 
     def params(self) -> dict[str, Any]:
         return {"broker": "tansu", "storage": self.tansu.storage}
+
+
+class TansuPause(_TansuFault):
+    """SIGSTOP the tansu broker; SIGCONT to undo."""
+
+    kind = "pause"
 
     def _start(self) -> None:
         self.record.info["pid"] = self.tansu.pause()
@@ -60,17 +64,10 @@ class TansuPause(Fault):
             self.mark("tansu resumed")
 
 
-class TansuCrash(Fault):
+class TansuCrash(_TansuFault):
     """SIGKILL the tansu broker; undone by starting it again with the same storage."""
 
     kind = "crash"
-
-    def __init__(self, tansu: LocalTansu) -> None:
-        self.tansu = tansu
-        super().__init__()
-
-    def params(self) -> dict[str, Any]:
-        return {"broker": "tansu", "storage": self.tansu.storage}
 
     def _start(self) -> None:
         self.record.info["killed_pid"] = self.tansu.kill()
