@@ -179,3 +179,20 @@ def test_a_base_without_what_an_injection_needs_fails_only_that_row() -> None:
     r = m.results["share-redelivered"]
     assert r.error.startswith("nothing to inject into: no rejected record")
     assert sent == []
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_each_share_injection_gives_its_one_verdict_on_many_groups(seed: int) -> None:
+    # With the matrix's lock (3 s), as the detection module judges them: CI once had the
+    # concurrent delivery injected into a record delivered again within that lock (two
+    # verdicts), and another run had no released record redelivered at all.
+    from kmon.checker import CheckConfig
+
+    cfg = CheckConfig(share_lock_ns=round(presets.SHARE_LOCK_S * 1e9))
+    ops, _ = simulate(seed, consumers=3, steps=300)
+    base = inject.renamed(ops, "x")
+    assert not any(check(base, cfg).errors.values())
+    for name in sorted(n for n in inject.INJECTORS if n.startswith("share-")):
+        injected, what = inject.INJECTORS[name](base, "kmon-mx-t-" + name)
+        found = {t: len(v) for t, v in check(injected, cfg).errors.items() if v}
+        assert found == {name: 1}, (name, what, found)
