@@ -490,7 +490,7 @@ def _run_matrix(args: argparse.Namespace) -> int:
 
 
 def _broker_report(args: argparse.Namespace) -> int:
-    from kmon.local.tansu import STORAGES, VERSION, find_binary
+    from kmon.local.tansu import STORAGES, VERSION, require_binary
     from kmon.nemesis.brokers import run_tansu, write_report
     from kmon.nemesis.matrix import MatrixSettings, render_table
 
@@ -499,9 +499,7 @@ def _broker_report(args: argparse.Namespace) -> int:
     if wrong:
         raise SettingError(f"--storage: {', '.join(wrong)}: one or more of "
                            f"{', '.join(STORAGES)}")
-    if find_binary() is None:
-        raise SettingError(f"tansu {VERSION} is not built: run `make tansu` (cargo install, "
-                           "about 25 minutes once)")
+    require_binary()  # before the stack and Spark start
     settings = MatrixSettings(rate=args.rate)
     started = time.monotonic()
     with _matrix(args, settings) as m:

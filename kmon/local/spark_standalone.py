@@ -82,6 +82,10 @@ class SparkStandalone:
     def work_dir(self, worker: int) -> Path:
         return self._dir(worker) / "work"
 
+    def local_dir(self, worker: int) -> Path:
+        """Its executors' shuffle files (``SPARK_LOCAL_DIRS``)."""
+        return self._dir(worker) / "local"
+
     @property
     def master_url(self) -> str:
         return f"spark://127.0.0.1:{self.ports.spark_master}"
@@ -102,7 +106,7 @@ class SparkStandalone:
         out["SPARK_LOCAL_IP"] = "127.0.0.1"
         out["SPARK_LOG_DIR"] = str(self._dir(worker))
         if worker is not None:
-            out["SPARK_LOCAL_DIRS"] = str(self._dir(worker) / "local")
+            out["SPARK_LOCAL_DIRS"] = str(self.local_dir(worker))
         return out
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -132,12 +136,12 @@ class SparkStandalone:
         cleanup waits days, ``spark.worker.cleanup.appDataTtl``)."""
         for n in SPARK_WORKER_IDS:
             if self.pid(n) is None:
-                for d in (self.work_dir(n), self._dir(n) / "local"):
+                for d in (self.work_dir(n), self.local_dir(n)):
                     shutil.rmtree(d, ignore_errors=True)
 
     def start_worker(self, n: int) -> None:
         work = self.work_dir(n)
-        (self._dir(n) / "local").mkdir(parents=True, exist_ok=True)
+        self.local_dir(n).mkdir(parents=True, exist_ok=True)
         work.mkdir(parents=True, exist_ok=True)
         self._start(n, [WORKER_CLASS, "--host", "127.0.0.1",
                         "--port", str(self.ports.spark_worker(n)),

@@ -45,6 +45,7 @@ VERSION = "0.6.0"
 # The storage engines' cargo features (tansu-storage's lib.rs matches the URL scheme on them).
 FEATURES = ("dynostore", "libsql", "postgres")
 STORAGES = ("memory", "sqlite")
+DB_FILE = "tansu.db"  # the SQLite engine's, in the broker's directory
 CLUSTER_ID = "kmon-tansu"
 MARKER = "--kafka-cluster-id"  # in the broker's command line: tells it from other processes
 
@@ -73,6 +74,15 @@ def find_binary(cache: Path | None = None) -> Path | None:
     if binary.is_file() and stamp.is_file() and stamp.read_text().split() == list(FEATURES):
         return binary
     return None
+
+
+def require_binary(cache: Path | None = None) -> Path:
+    """``find_binary``'s answer, or a ``SettingError`` saying how to build it."""
+    binary = find_binary(cache)
+    if binary is None:
+        raise SettingError(f"tansu {VERSION} is not built: run `make tansu` (cargo install, "
+                           "about 25 minutes once)")
+    return binary
 
 
 def install(cache: Path | None = None, log: Log = print) -> Path:
@@ -140,11 +150,16 @@ class LocalTansu:
     def pid_path(self) -> Path:
         return self.root / "pid"
 
+    @property
+    def db_path(self) -> Path:
+        """The SQLite engine's file."""
+        return self.root / DB_FILE
+
     def storage_url(self) -> str:
         if self.storage == "sqlite":
             # tansu 0.6.0 takes a sqlite URL's host and path relative to its working directory
             # (``root``), even an absolute path: sqlite:///a/b opens <cwd>/a/b.
-            return "sqlite://tansu.db"
+            return f"sqlite://{DB_FILE}"
         return "memory://tansu/"
 
     def command(self, binary: Path) -> list[str]:
@@ -183,10 +198,7 @@ class LocalTansu:
         return self.start(timeout)
 
     def start(self, timeout: float = 60.0) -> int:
-        binary = find_binary(self.cache)
-        if binary is None:
-            raise SettingError(f"tansu {VERSION} is not built: run `make tansu` (cargo install, "
-                               "about 25 minutes once)")
+        binary = require_binary(self.cache)
         if procs.port_in_use(self.port):
             raise TansuError(f"port {self.port} is taken: is another tansu or stack running?")
         self.root.mkdir(parents=True, exist_ok=True)

@@ -105,7 +105,7 @@ def tansu_scenarios(storage: str) -> tuple[Scenario, ...]:
 def fresh_broker(tansu: LocalTansu) -> None:
     """``tansu`` started from empty storage (an earlier report's SQLite file removed)."""
     tansu.down()
-    (tansu.root / "tansu.db").unlink(missing_ok=True)
+    tansu.db_path.unlink(missing_ok=True)
     tansu.up()
 
 
