@@ -103,9 +103,11 @@ def tansu_scenarios(storage: str) -> tuple[Scenario, ...]:
 
 
 def fresh_broker(tansu: LocalTansu) -> None:
-    """``tansu`` started from empty storage (an earlier report's SQLite file removed)."""
+    """``tansu`` started from empty storage (an earlier report's SQLite file removed, with
+    the write-ahead log a killed broker leaves beside it)."""
     tansu.down()
-    tansu.db_path.unlink(missing_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        tansu.db_path.with_name(tansu.db_path.name + suffix).unlink(missing_ok=True)
     tansu.up()
 
 

@@ -90,3 +90,18 @@ def test_the_report_names_each_rows_findings(tmp_path: Path) -> None:
     assert text.startswith("# tansu 0.6.0: kmon's runs")
     assert "| tansu-memory-crash | real | SIGKILL the broker" in text
     assert "lost-write 7 | lost-write 7 |" in text
+
+
+def test_a_fresh_broker_starts_without_an_earlier_runs_sqlite_files(tmp_path: Path) -> None:
+    from kmon.local.tansu import LocalTansu
+
+    tansu = LocalTansu(home=tmp_path, port_base=40000, storage="sqlite")
+    tansu.root.mkdir(parents=True)
+    left = [tansu.root / n for n in ("tansu.db", "tansu.db-wal", "tansu.db-shm")]
+    for f in left:
+        f.write_bytes(b"x")
+    calls: list[str] = []
+    tansu.down = lambda: calls.append("down")  # type: ignore[method-assign]
+    tansu.up = lambda: calls.append("up")  # type: ignore[method-assign]
+    brokers.fresh_broker(tansu)
+    assert calls == ["down", "up"] and not any(f.exists() for f in left)
