@@ -95,14 +95,18 @@ matrix: setup
 
 # tansu, a third-party Kafka-compatible broker under judgement (docs/brokers/tansu.md): cargo
 # install of a pinned version with its storage engines into $KMON_CACHE, about 25 minutes on
-# 2 cores once; `kmon cluster up --broker tansu --storage memory|sqlite` then runs it.
+# 2 cores once; `kmon cluster up --broker tansu --storage memory|sqlite|postgres` then runs it.
 tansu: setup
 	$(BIN)/python -c 'from kmon.local import tansu; tansu.install()'
 
 # A third-party Kafka-compatible broker judged live (docs/brokers/): its rows per storage
 # engine, op events and the monitor on the local Kafka stack (started as for the matrix).
+# TANSU_PG_SCHEMA=<tansu's repository at v0.6.0>/etc/initdb.d/010-schema.sql adds the postgres
+# engine's rows (its crate ships no schema).
 BROKER ?= tansu
+TANSU_PG_SCHEMA ?=
 broker-report: tansu
 	$(BIN)/kmon cluster up
 	$(BIN)/kmon nemesis proxy up
-	$(BIN)/kmon nemesis broker-report --broker $(BROKER) --out docs/brokers/$(BROKER)-runs.md
+	KMON_TANSU_PG_SCHEMA=$(TANSU_PG_SCHEMA) $(BIN)/kmon nemesis broker-report \
+	    --broker $(BROKER) --out docs/brokers/$(BROKER)-runs.md

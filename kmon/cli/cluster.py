@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--storage", choices=_storages(), default=None,
                     help="tansu's storage engine (default: the one it last ran with, else "
                     "memory)")
+    up.add_argument("--pg-schema", default=None, metavar="SQL",
+                    help="tansu's PostgreSQL schema for --storage postgres, applied when its "
+                    "database is first made (default: $KMON_TANSU_PG_SCHEMA)")
 
     down = verbs.add_parser("down", help="stop every node; no process is left behind")
     add_stack_args(down)
@@ -91,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "broker", "kafka") == "tansu":
         return _tansu(args)
     with errors_as_usage():
-        if getattr(args, "storage", None) is not None:
-            raise SettingError("--storage: only with --broker tansu")
+        for option in ("storage", "pg_schema"):
+            if getattr(args, option, None) is not None:
+                raise SettingError(f"--{option.replace('_', '-')}: only with --broker tansu")
         overrides = overrides_from_args(args) if args.verb == "up" else {}
         cluster = LocalCluster(home=args.home, port_base=args.port_base, overrides=overrides)
         return _VERBS[args.verb](cluster, args)
@@ -160,7 +164,8 @@ def _tansu(args: argparse.Namespace) -> int:
             raise SettingError(f"--broker tansu: one node, 1 (not {args.node})")
         last = LocalTansu(args.home, args.port_base).last_storage()
         storage = getattr(args, "storage", None) or last or "memory"
-        t = LocalTansu(args.home, args.port_base, storage)
+        t = LocalTansu(args.home, args.port_base, storage,
+                       pg_schema=getattr(args, "pg_schema", None))
         if args.verb in ("up", "start"):
             pid = t.up(timeout=getattr(args, "timeout", 60.0))
             print(f"tansu up (pid {pid}, storage {storage}); bootstrap: {t.bootstrap}")

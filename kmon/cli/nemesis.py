@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -160,8 +161,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "2 minutes per engine.")
     add_stack_args(v)
     v.add_argument("--broker", choices=("tansu",), default="tansu")
-    v.add_argument("--storage", default="memory,sqlite", metavar="ENGINES",
-                   help="comma-separated: memory, sqlite (default both)")
+    v.add_argument("--storage", default=None, metavar="ENGINES",
+                   help="comma-separated: memory, sqlite, postgres (default: memory and "
+                   "sqlite, and postgres when its schema is given)")
+    v.add_argument("--pg-schema", type=Path, default=None, metavar="SQL",
+                   help="tansu's PostgreSQL schema, etc/initdb.d/010-schema.sql of its "
+                   "repository at v0.6.0 (default: $KMON_TANSU_PG_SCHEMA); its crate ships "
+                   "none")
     v.add_argument("--out", type=Path, default=Path("docs/brokers/tansu-runs.md"), metavar="MD")
     v.add_argument("--rate", type=float, default=30.0, help="probe ops/s per row (default 30)")
     v = verbs.add_parser("soak", help="healthy probe + monitor for a while; zero anomalies?",
@@ -490,20 +496,26 @@ def _run_matrix(args: argparse.Namespace) -> int:
 
 
 def _broker_report(args: argparse.Namespace) -> int:
+    from kmon.local.postgres import SCHEMA_ENV, pg_bin, schema_file
     from kmon.local.tansu import STORAGES, VERSION, require_binary
     from kmon.nemesis.brokers import run_tansu, write_report
     from kmon.nemesis.matrix import MatrixSettings, render_table
 
-    storages = [s.strip() for s in args.storage.split(",") if s.strip()]
+    given = args.pg_schema or os.environ.get(SCHEMA_ENV)
+    default = "memory,sqlite,postgres" if given else "memory,sqlite"
+    storages = [s.strip() for s in (args.storage or default).split(",") if s.strip()]
     wrong = [s for s in storages if s not in STORAGES] or ([] if storages else ["(none)"])
     if wrong:
         raise SettingError(f"--storage: {', '.join(wrong)}: one or more of "
                            f"{', '.join(STORAGES)}")
     require_binary()  # before the stack and Spark start
+    schema = schema_file(args.pg_schema) if "postgres" in storages else None
+    if schema is not None:
+        pg_bin("initdb")
     settings = MatrixSettings(rate=args.rate)
     started = time.monotonic()
     with _matrix(args, settings) as m:
-        rows = run_tansu(m, storages)
+        rows = run_tansu(m, storages, schema)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_report(args.out, rows, time.monotonic() - started, VERSION)
     print(render_table(rows))

@@ -13,8 +13,9 @@
                     (``kmon.local.extra_broker``)
     base + 20       Prometheus
     base + 21       Alertmanager
-    base + 22       reserved: Grafana
-    base + 23       a tansu broker (``kmon.local.tansu``: a third-party broker under judgement)
+    base + 22       a tansu broker's own listener when it runs behind Toxiproxy (``tansu_direct``)
+    base + 23       a tansu broker (``kmon.local.tansu``: a third-party broker under judgement),
+                    or the Toxiproxy proxy ``tansu`` in front of it, which it then advertises
     base + 24       the Kafka protocol proxy's bootstrap (Kroxylicious with kmon's fault filters,
                     ``kafka_proxy_bootstrap``; ``kmon.local.kafka_proxy``)
     base + 25..28   the Kafka protocol proxy's port per broker, node ids 1..4
@@ -106,7 +107,13 @@ class Ports:
 
     @property
     def tansu(self) -> int:
+        """Where clients reach tansu: its listener, or the Toxiproxy proxy in front of it."""
         return self.base + 23
+
+    @property
+    def tansu_direct(self) -> int:
+        """tansu's own listener when it runs behind Toxiproxy (upstream of proxy ``tansu``)."""
+        return self.base + 22
 
     @property
     def spark_master(self) -> int:

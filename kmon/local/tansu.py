@@ -15,13 +15,16 @@ Engines (``--storage``):
 
 - ``memory``: ``memory://tansu/``, an in-process object store (tansu's ``dynostore``):
   everything is gone when the process dies;
-- ``sqlite``: ``<KMON_HOME>/tansu/tansu.db`` (tansu's ``libsql``), kept across restarts.
-
-(``postgres`` is built in too; running it needs a PostgreSQL server, not wired here yet.)
+- ``sqlite``: ``<KMON_HOME>/tansu/tansu.db`` (tansu's ``libsql``), kept across restarts;
+- ``postgres``: database ``tansu`` of a PostgreSQL server under ``<KMON_HOME>/tansu/postgres``
+  (``kmon.local.postgres``), kept across restarts; tansu's schema is the user's to give, since
+  its crate does not ship it.
 
 State lives under ``<KMON_HOME>/tansu/``: ``broker.log``, ``pid``, ``storage`` (the engine the
-running broker was started with) and the SQLite file. The broker listens on one port
-(``Ports.tansu``) and advertises it.
+running broker was started with) and the engines' files. The broker listens on one port
+(``Ports.tansu``) and advertises it; ``proxied``, it listens on ``Ports.tansu_direct`` and
+advertises ``Ports.tansu``, where the Toxiproxy proxy ``tansu`` forwards to it, so every client
+connection passes the proxy and network faults reach them all.
 """
 
 from __future__ import annotations
@@ -40,11 +43,12 @@ from kmon import env
 from kmon.env import SettingError
 from kmon.local import procs
 from kmon.local.ports import Ports
+from kmon.local.postgres import LocalPostgres, schema_file
 
 VERSION = "0.6.0"
 # The storage engines' cargo features (tansu-storage's lib.rs matches the URL scheme on them).
 FEATURES = ("dynostore", "libsql", "postgres")
-STORAGES = ("memory", "sqlite")
+STORAGES = ("memory", "sqlite", "postgres")
 DB_FILE = "tansu.db"  # the SQLite engine's, in the broker's directory
 CLUSTER_ID = "kmon-tansu"
 MARKER = "--kafka-cluster-id"  # in the broker's command line: tells it from other processes
@@ -130,13 +134,19 @@ class LocalTansu:
     """One tansu broker on 127.0.0.1 (node id 1: tansu has one node per cluster here)."""
 
     def __init__(self, home: str | os.PathLike[str] | None = None, port_base: int | None = None,
-                 storage: str = "memory", cache: Path | None = None) -> None:
+                 storage: str = "memory", cache: Path | None = None,
+                 pg_schema: str | os.PathLike[str] | None = None, proxied: bool = False) -> None:
         if storage not in STORAGES:
             raise SettingError(f"--storage: must be one of {', '.join(STORAGES)}, not {storage!r}")
         self.root = env.kmon_home(home) / "tansu"
-        self.port = Ports(env.port_base(port_base)).tansu
+        ports = Ports(env.port_base(port_base))
+        self.port = ports.tansu  # what clients reach, and what the broker advertises
+        self.listen_port = ports.tansu_direct if proxied else ports.tansu
+        self.proxied = proxied
         self.storage = storage
         self.cache = cache
+        self.pg_schema = pg_schema
+        self.postgres = LocalPostgres(self.root / "postgres")
 
     @property
     def bootstrap(self) -> str:
@@ -160,11 +170,13 @@ class LocalTansu:
             # tansu 0.6.0 takes a sqlite URL's host and path relative to its working directory
             # (``root``), even an absolute path: sqlite:///a/b opens <cwd>/a/b.
             return f"sqlite://{DB_FILE}"
+        if self.storage == "postgres":
+            return self.postgres.url()
         return "memory://tansu/"
 
     def command(self, binary: Path) -> list[str]:
         return [str(binary), "broker", MARKER, CLUSTER_ID,
-                "--listener-url", f"tcp://127.0.0.1:{self.port}",
+                "--listener-url", f"tcp://127.0.0.1:{self.listen_port}",
                 "--advertised-listener-url", f"tcp://127.0.0.1:{self.port}",
                 "--storage-engine", self.storage_url()]
 
@@ -199,9 +211,12 @@ class LocalTansu:
 
     def start(self, timeout: float = 60.0) -> int:
         binary = require_binary(self.cache)
-        if procs.port_in_use(self.port):
-            raise TansuError(f"port {self.port} is taken: is another tansu or stack running?")
+        if procs.port_in_use(self.listen_port):
+            raise TansuError(f"port {self.listen_port} is taken: is another tansu or stack "
+                             "running?")
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.storage == "postgres":
+            self.start_postgres()
         pid = procs.spawn(self.command(binary), self.log_path, self.root,
                           {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
         self.pid_path.write_text(f"{pid}\n")
@@ -209,15 +224,23 @@ class LocalTansu:
         self.wait_serving(pid, timeout)
         return pid
 
+    def start_postgres(self) -> None:
+        """The postgres engine's server running, with database ``tansu`` (created with the
+        user's schema the first time: a restart keeps what tansu stored)."""
+        self.postgres.up()
+        if not self.postgres.has_database():
+            self.postgres.fresh_database(schema_file(self.pg_schema))
+
     def wait_serving(self, pid: int, timeout: float) -> None:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout
-        while not procs.port_in_use(self.port) and procs.is_alive(pid):
+        while not procs.port_in_use(self.listen_port) and procs.is_alive(pid):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)  # (a client connecting before it listens logs refusals)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        # Its own listener: the proxy in front of it may not exist yet.
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.listen_port}"})
         while True:
             if not procs.is_alive(pid):
                 raise TansuError(f"tansu exited at start; its log:\n{procs.tail(self.log_path)}")
@@ -236,6 +259,7 @@ class LocalTansu:
         if pid is not None and procs.is_stopped(pid):
             procs.signal_pid(pid, signal.SIGCONT)  # a paused process cannot shut down
         procs.terminate(self.pid_path, pid, timeout)
+        self.postgres.down()  # whichever engine the broker ran with
 
     def _signal(self, sig: signal.Signals) -> int:
         pid = self.pid()

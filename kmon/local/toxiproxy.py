@@ -69,8 +69,9 @@ class ToxiproxyError(RuntimeError):
     """The Toxiproxy server did not start, stop or answer as asked."""
 
 
-def proxy_name(node_id: int) -> str:
-    return f"broker-{node_id}"
+def proxy_name(node: int | str) -> str:
+    """A Kafka broker's proxy by node id; any other proxy (``tansu``) by its own name."""
+    return node if isinstance(node, str) else f"broker-{node}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,18 +312,29 @@ class LocalToxiproxy:
             for name, p in raw.items()
         }
 
-    def add_toxic(self, node_id: int, toxic: Toxic) -> None:
+    def add_toxic(self, node_id: int | str, toxic: Toxic) -> None:
         check_toxic(toxic)
         self._call("POST", f"/proxies/{proxy_name(node_id)}/toxics", toxic.as_json())
 
-    def remove_toxic(self, node_id: int, name: str) -> None:
+    def remove_toxic(self, node_id: int | str, name: str) -> None:
         """Remove toxic ``name`` from broker ``node_id``'s proxy (no error if it is gone)."""
         with contextlib.suppress(ToxiproxyNotFound):
             self._call("DELETE", f"/proxies/{proxy_name(node_id)}/toxics/{name}")
 
-    def set_enabled(self, node_id: int, enabled: bool) -> None:
+    def set_enabled(self, node_id: int | str, enabled: bool) -> None:
         """Disable (close every connection, refuse new ones) or re-enable a broker's proxy."""
         self._call("POST", f"/proxies/{proxy_name(node_id)}", {"enabled": enabled})
+
+    def add_proxy(self, name: str, listen: int, upstream: int) -> None:
+        """A proxy beside the brokers' (tansu's), from 127.0.0.1:``listen`` to ``upstream``;
+        replaced if one of that name exists. The server forgets it when it restarts."""
+        self.remove_proxy(name)
+        self._call("POST", "/proxies", {"name": name, "listen": f"127.0.0.1:{listen}",
+                                        "upstream": f"127.0.0.1:{upstream}", "enabled": True})
+
+    def remove_proxy(self, name: str) -> None:
+        with contextlib.suppress(ToxiproxyNotFound):
+            self._call("DELETE", f"/proxies/{name}")
 
     def reset(self) -> None:
         """Every proxy enabled, every toxic removed."""
@@ -362,7 +374,7 @@ class ToxiproxyNotFound(ToxiproxyError):
 
 
 @contextlib.contextmanager
-def toxic(proxy: LocalToxiproxy, node_id: int, spec: Toxic) -> Iterator[None]:
+def toxic(proxy: LocalToxiproxy, node_id: int | str, spec: Toxic) -> Iterator[None]:
     """A toxic on broker ``node_id``'s proxy for the duration of the ``with`` block."""
     proxy.add_toxic(node_id, spec)
     try:

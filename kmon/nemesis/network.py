@@ -94,7 +94,7 @@ class NetworkFault(Fault):
             raise SettingError("targets: a topic-partition target needs the cluster")
         for toxic in self._toxics():  # the toxics' own checks: attribute values, toxicity
             check_toxic(toxic)
-        self.nodes: list[int] = []
+        self.nodes: list[int | str] = []
         super().__init__()
 
     @property
@@ -117,23 +117,27 @@ class NetworkFault(Fault):
             for s in streams
         ]
 
-    def _start(self) -> None:
-        if not self.proxy.is_up():
-            raise FaultError("Toxiproxy is not running: `kmon nemesis proxy up`")
-        nodes = []
+    def _resolve(self) -> list[int | str]:
+        """The proxies to degrade: the targets' brokers (a partition's resolved now)."""
+        nodes: list[int | str] = []
         for target in self.targets:
             node = target.resolve(self.cluster) if target.topic is not None else target.node
             assert node is not None
             if node not in nodes:
                 nodes.append(node)
-        self.nodes = nodes
+        return nodes
+
+    def _start(self) -> None:
+        if not self.proxy.is_up():
+            raise FaultError("Toxiproxy is not running: `kmon nemesis proxy up`")
+        self.nodes = nodes = self._resolve()
         self.record.info["nodes"] = nodes
         for node in nodes:
             if self.toxic_type is None:
                 self.proxy.set_enabled(node, False)
             for toxic in self._toxics():
                 self.proxy.add_toxic(node, toxic)
-        self.mark(f"{self.net_kind} on the proxies of brokers {nodes}")
+        self.mark(f"{self.net_kind} on the proxies {nodes}")
 
     def _stop(self) -> None:
         failures = []

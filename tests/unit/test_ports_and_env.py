@@ -14,7 +14,8 @@ def _all_ports(base: int) -> list[int]:
     return [
         *ports.kafka_ports().values(), ports.prometheus,
         *(ports.metrics(s) for s in range(METRICS_SLOTS)), *ports.spark_ports().values(),
-        *(ports.extra_broker(n) for n in range(4, 8)), ports.tansu, ports.alertmanager,
+        *(ports.extra_broker(n) for n in range(4, 8)), ports.tansu, ports.tansu_direct,
+        ports.alertmanager,
         *ports.toxiproxy_ports().values(), *ports.kafka_proxy_ports().values(),
     ]
 

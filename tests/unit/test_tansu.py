@@ -42,7 +42,7 @@ def test_each_engine_runs_one_broker_on_its_port(homes: Path) -> None:
     # (tansu opens it under its working directory, the harness's root)
     assert sqlite.command(Path("/bin/tansu"))[-1] == "sqlite://tansu.db"
     assert sqlite.root == homes / "home" / "tansu"
-    with pytest.raises(SettingError, match="--storage: must be one of memory, sqlite"):
+    with pytest.raises(SettingError, match="--storage: must be one of memory, sqlite, postgres"):
         tansu.LocalTansu(storage="s3")
 
 
@@ -72,9 +72,38 @@ def test_cluster_verbs_say_what_is_wrong(homes: Path, capsys: pytest.CaptureFixt
 
 def test_broker_report_refuses_what_it_cannot_run(homes: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = _kmon(["nemesis", "broker-report", "--storage", "memory,postgres"], capsys)
-    assert code == 2 and "kmon: error: --storage: postgres: one or more of memory, sqlite" in out
+    code, out = _kmon(["nemesis", "broker-report", "--storage", "memory,s3"], capsys)
+    assert code == 2 and "kmon: error: --storage: s3: one or more of memory, sqlite, " in out
     code, out = _kmon(["nemesis", "broker-report", "--storage", ","], capsys)
     assert code == 2 and "--storage: (none)" in out
     code, out = _kmon(["nemesis", "broker-report"], capsys)
     assert code == 2 and "tansu 0.6.0 is not built: run `make tansu`" in out
+
+
+def _built(homes: Path) -> None:
+    """A stand-in for `make tansu`'s build: the stamp says the pinned features."""
+    root = tansu.root_dir()
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "tansu").write_text("")
+    (root / ".features").write_text(" ".join(tansu.FEATURES) + "\n")
+
+
+def test_the_postgres_engine_needs_tansus_schema_from_the_user(
+        homes: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    _built(homes)
+    monkeypatch.delenv("KMON_TANSU_PG_SCHEMA", raising=False)
+    code, out = _kmon(["nemesis", "broker-report", "--storage", "postgres"], capsys)
+    assert code == 2 and "kmon: error: --pg-schema (or KMON_TANSU_PG_SCHEMA): tansu's " in out
+    assert "etc/initdb.d/010-schema.sql" in out
+    code, out = _kmon(["nemesis", "broker-report", "--pg-schema", str(homes / "nope.sql")],
+                      capsys)
+    assert code == 2 and f"--pg-schema: {homes / 'nope.sql'}: no such file" in out
+    code, out = _kmon(["cluster", "up", "--pg-schema", "x.sql"], capsys)
+    assert code == 2 and "--pg-schema: only with --broker tansu" in out
+
+
+def test_the_postgres_engine_talks_to_its_own_socket(homes: Path) -> None:
+    pg = tansu.LocalTansu(storage="postgres")
+    url = pg.command(Path("/bin/tansu"))[-1]
+    socket_dir = homes / "home" / "tansu" / "postgres"
+    assert url == f"postgres://postgres@{str(socket_dir).replace('/', '%2F')}:5432/tansu"
