@@ -1,9 +1,10 @@
-"""A PostgreSQL server for tansu's ``postgres`` storage engine: Debian's PostgreSQL, on loopback.
+"""A PostgreSQL server for tansu's ``postgres`` storage engine: PostgreSQL 16 on loopback.
 
-The server listens on a Unix socket in its own directory only (no TCP port: the stack's ports
-are all spoken for; the socket keeps PostgreSQL's usual number, 5432, in a directory of its
-own), trusts local connections, and holds one database, ``tansu``, with tansu's
-schema applied.
+The server listens on 127.0.0.1 at a port the system picks free when it is first started
+(kept in ``port``; the stack's own range is all spoken for, and only tansu connects to it),
+and on a Unix socket in its own directory for kmon's ``psql``. It trusts local connections
+and holds one database, ``tansu``, with tansu's schema applied. (tansu connects over TCP: its
+PostgreSQL client takes a socket's path for a TLS server name and fails, even with TLS off.)
 
 tansu 0.6.0 does not create its PostgreSQL schema, and its crate does not ship it: the schema
 is in tansu's repository (``etc/initdb.d/010-schema.sql`` at tag ``v0.6.0``), which tansu's own
@@ -11,20 +12,21 @@ set-up mounts into PostgreSQL's ``initdb.d``. The user passes that file (``--pg-
 ``KMON_TANSU_PG_SCHEMA``); kmon never writes a schema of its own, so what the report finds is
 about tansu's schema, not ours.
 
-PostgreSQL refuses to run as root: when kmon runs as root, the server runs as the ``postgres``
-user (Debian's package creates it), which then owns the server's directory.
+The server is PostgreSQL 16.2 from the ``pgserver`` wheel (PyPI; ``pg_bin``). PostgreSQL
+refuses to run as root: when kmon runs as root, the server runs as the ``postgres`` user
+(Debian's PostgreSQL packages create it; ``useradd postgres`` otherwise), which then owns the
+server's directory and must be able to read the wheel's binaries.
 """
 
 from __future__ import annotations
 
-import glob
+import importlib.util
 import os
 import pwd
-import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 from kmon.env import SettingError
 from kmon.local import procs
@@ -32,7 +34,6 @@ from kmon.local import procs
 DATABASE = "tansu"
 USER = "postgres"  # the superuser initdb creates, and the account the server runs as
 SCHEMA_ENV = "KMON_TANSU_PG_SCHEMA"
-SOCKET_PORT = 5432  # names the socket file (.s.PGSQL.5432); no TCP port is bound
 
 
 class PostgresError(RuntimeError):
@@ -40,14 +41,19 @@ class PostgresError(RuntimeError):
 
 
 def pg_bin(name: str) -> str:
-    """A PostgreSQL server program (``initdb``, ``pg_ctl``): on the PATH, else Debian's
-    versioned directory."""
-    found = shutil.which(name) or next(iter(sorted(glob.glob(
-        f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
-    if found is None:
-        raise SettingError(f"PostgreSQL's {name} not found: install Debian's postgresql "
-                           "package for tansu's postgres engine")
-    return found
+    """A PostgreSQL 16 program (``initdb``, ``pg_ctl``, ``psql``) of the ``pgserver`` wheel.
+
+    Not Debian's PostgreSQL: Debian 12 ships 15, which rejects tansu 0.6.0's SQL (a subquery in
+    FROM without an alias, allowed from 16 on, in its latest-offset query), so every
+    ListOffsets for the latest offset would fail (docs/brokers/tansu.md)."""
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise SettingError("the pgserver wheel (PostgreSQL 16) is not installed: run `make "
+                           "setup`; tansu's postgres engine runs on it")
+    path = Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / name
+    if not path.is_file():
+        raise SettingError(f"PostgreSQL's {name} not found at {path}")
+    return str(path)
 
 
 def schema_file(path: str | os.PathLike[str] | None = None) -> Path:
@@ -69,7 +75,29 @@ class LocalPostgres:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.port = SOCKET_PORT
+
+    @property
+    def port_path(self) -> Path:
+        return self.root / "port"
+
+    @property
+    def port(self) -> int:
+        """The server's port (0 before it was first started)."""
+        try:
+            return int(self.port_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _choose_port(self) -> int:
+        """The kept port, unless something else took it while the server was down."""
+        port = self.port
+        if port and not procs.port_in_use(port):
+            return port
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.port_path.write_text(f"{port}\n")
+        return port
 
     @property
     def data_dir(self) -> Path:
@@ -80,9 +108,8 @@ class LocalPostgres:
         return self.root / "server.log"
 
     def url(self) -> str:
-        """tansu's storage URL: the database over the Unix socket in ``root`` (a host that
-        is a percent-encoded absolute path is a socket directory to tokio-postgres)."""
-        return f"postgres://{USER}@{quote(str(self.root), safe='')}:{self.port}/{DATABASE}"
+        """tansu's storage URL (TLS off: a loopback server without certificates)."""
+        return f"postgres://{USER}@127.0.0.1:{self.port}/{DATABASE}?sslmode=disable"
 
     # --- running the programs ------------------------------------------------------------
 
@@ -97,7 +124,7 @@ class LocalPostgres:
         return done.stdout
 
     def psql(self, *args: str, database: str = "postgres") -> str:
-        return self._run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(self.root),
+        return self._run([pg_bin("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(self.root),
                           "-p", str(self.port), "-U", USER, "-d", database, *args],
                          f"psql {' '.join(args)[:80]}")
 
@@ -117,13 +144,17 @@ class LocalPostgres:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
-            owner = pwd.getpwnam(USER)
+            try:
+                owner = pwd.getpwnam(USER)
+            except KeyError:
+                raise SettingError(f"PostgreSQL does not run as root, and there is no user "
+                                   f"{USER!r} to run it as: `useradd {USER}`") from None
             os.chown(self.root, owner.pw_uid, owner.pw_gid)
         if not (self.data_dir / "PG_VERSION").is_file():
             self._run(self._as_owner([pg_bin("initdb"), "-D", str(self.data_dir), "-U", USER,
                                       "--auth=trust", "-E", "UTF8", "--no-instructions"]),
                       "initdb")
-        options = f"-k {self.root} -p {self.port} -c listen_addresses=''"
+        options = f"-k {self.root} -p {self._choose_port()} -c listen_addresses=127.0.0.1"
         self._run(self._as_owner([pg_bin("pg_ctl"), "-D", str(self.data_dir), "-l",
                                   str(self.log_path), "-o", options, "-w", "-t",
                                   str(int(timeout)), "start"]),

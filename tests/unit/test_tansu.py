@@ -102,8 +102,10 @@ def test_the_postgres_engine_needs_tansus_schema_from_the_user(
     assert code == 2 and "--pg-schema: only with --broker tansu" in out
 
 
-def test_the_postgres_engine_talks_to_its_own_socket(homes: Path) -> None:
+def test_the_postgres_engine_talks_to_its_own_server(homes: Path) -> None:
     pg = tansu.LocalTansu(storage="postgres")
+    assert pg.postgres.root == homes / "home" / "tansu" / "postgres"
+    pg.postgres.root.mkdir(parents=True)
+    pg.postgres.port_path.write_text("40123\n")  # chosen when the server first started
     url = pg.command(Path("/bin/tansu"))[-1]
-    socket_dir = homes / "home" / "tansu" / "postgres"
-    assert url == f"postgres://postgres@{str(socket_dir).replace('/', '%2F')}:5432/tansu"
+    assert url == "postgres://postgres@127.0.0.1:40123/tansu?sslmode=disable"
