@@ -154,11 +154,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     v = verbs.add_parser("broker-report", help="judge a third-party Kafka-compatible broker "
                          "(tansu): probe rows per storage engine, healthy and under faults",
                          description="For each storage engine, start a fresh tansu broker "
-                         "(make tansu builds it), run the probe against it healthy, paused and "
-                         "killed-and-restarted, its op events going to the running local "
-                         "Kafka stack (kmon run) where the in-process monitor reads them; "
-                         "write each row's findings, the monitor's and kmon check's. About "
-                         "2 minutes per engine.")
+                         "(make tansu builds it) behind a Toxiproxy proxy of its own, run the "
+                         "probe against it healthy, paused, killed-and-restarted and under three "
+                         "network faults, its op events going to the running local Kafka stack "
+                         "(kmon run, with kmon nemesis proxy up) where the in-process monitor "
+                         "reads them; write each row's findings, the monitor's and kmon "
+                         "check's. About 4 minutes per engine.")
     add_stack_args(v)
     v.add_argument("--broker", choices=("tansu",), default="tansu")
     v.add_argument("--storage", default=None, metavar="ENGINES",
