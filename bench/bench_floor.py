@@ -109,7 +109,7 @@ def floor_query(spark: Any, boot: str, topic: str, rate: int, checkpoint: str,
 
 def latency(spark: Any, boot: str, rate: int, seconds: float, root: str) -> list[float]:
     """The floor's detection latency: events produced live at ``rate``/s (the monitor's
-    latency run's producer, with its marker every second), and for each marker the time from
+    latency run's producer, with its markers 0.5-1.5 s apart), and for each marker the time from
     its production to the end of the first micro-batch whose output carries an event as new
     (the floor reads no values: a batch that read the marker's Kafka timestamp, or a later
     one, has seen it). Sorted seconds."""

@@ -17,7 +17,8 @@ Prints, on this machine (local[2]) and in one run:
    holds and moves per micro-batch), from the stage 1 operator.
 4. **Detection latency** at 5k events/s: a producer process sends healthy events at that rate
    with wall-clock times and, once the monitor has run a few busy batches (a monitor runs for
-   days: its start-up is not what is measured), every second a crafted duplicate; the time
+   days: its start-up is not what is measured), a crafted duplicate every 0.5-1.5 s (at random:
+   markers a trigger apart would all sample one phase of the micro-batch clock); the time
    from producing the deciding event to the monitor's ``kmon_anomalies_total`` changing,
    p50/p99 (target p99 at most 2 s), and stage 1's median batch size and time per phase.
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import random
 import re
 import shutil
 import statistics
@@ -214,6 +216,7 @@ def _live_producer(boot: str, topic: str, rate: int, seconds: float, inject_ever
     ops = replay.with_placements(healthy(int(rate * (seconds + 300)), SynthConfig()),
                                  "bench-live")
     invoked: dict[Any, int] = {}
+    jitter = random.Random(7)
     start = time.monotonic()
     next_inject = end = None
     cpu0 = time.process_time()
@@ -240,7 +243,10 @@ def _live_producer(boot: str, topic: str, rate: int, seconds: float, inject_ever
         if sent % 500 == 499:
             p.poll(0)
         if next_inject is not None and time.monotonic() >= next_inject:
-            next_inject += inject_every
+            # Spaced at random around ``inject_every``: markers exactly a trigger apart would
+            # all land at one phase of the micro-batch clock and measure that phase, not the
+            # spread an event arriving at any moment sees.
+            next_inject += inject_every * jitter.uniform(0.5, 1.5)
             v, off, proc = f"v{n}", 2 * n, 50_000_000 + n
             t = time.time_ns()
             w = Op(2_000_000_000 + 2 * n, t, proc, "ok", "send", [("send", "dup", v, off)],

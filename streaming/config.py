@@ -97,8 +97,8 @@ KEYS: dict[str, tuple[Any, str]] = {
     "txn.buckets": (TXN_BUCKETS, "stage 2 state groups per probe (writers are spread over them)"),
     "txn.retention": ("5min", "how long stage 2 keeps a writer's facts after its last one: a "
                               "torn transaction whose halves are decided further apart is missed"),
-    "txn.max.writers": (20_000, "writers stage 2 keeps per bucket at most (oldest forgotten "
-                                "first): bounds its memory"),
+    "txn.max.writers": (20_000, "writers stage 2 keeps per bucket at most, plus one generation's "
+                                "(oldest generations forgotten first): bounds its memory"),
     "verdict.memory": (1024, "anomalies remembered per key to count each once"),
     "state.partitions": ("auto", "partitions of both stateful stages, so at most this many "
                                  "tasks fold at once; fixed when a checkpoint is created (auto: "

@@ -310,14 +310,33 @@ class TxnFoldProcessor(_Timed):
         self.buckets = buckets
         self.cluster = cluster
 
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
+        # The bucket's writers by generation (``txnfold``): generation number -> bytes.
+        self.gens = handle.getMapState("gens", PAGE_KEY_SCHEMA, STATE_SCHEMA)
+
+    def _read_gen(self, gen: int) -> bytes | None:
+        got = self.gens.getValue((gen,))
+        return None if got is None else bytes(got[0])
+
+    def _store(self, b: TxnBucket) -> tuple[int, int]:
+        """The head, and only the generations this batch read; dropped ones removed."""
+        saved = b.to_parts()
+        for g in saved.removed:
+            self.gens.removeKey((g,))
+        for g, data in saved.puts.items():
+            self.gens.updateValue((g,), (data,))
+        self.state.update((saved.head,))
+        return saved.nbytes, saved.written
+
     def handleInputRows(self, key: Any, rows: Iterator[Row],
                         timerValues: Any) -> Iterator[Row]:
         probe, bucket = key
         facts = [f for row in rows for f in facts_of(row.value, probe, bucket, self.buckets)]
         data = self._load()
-        b = TxnBucket(probe, self.grace_ns, self.verdict_memory, *self.memory,
-                      cluster=self.cluster) if data is None else TxnBucket.from_bytes(
-            probe, data, self.grace_ns, self.verdict_memory, *self.memory, cluster=self.cluster)
+        args = (self.grace_ns, self.verdict_memory, *self.memory)
+        b = (TxnBucket(probe, *args, cluster=self.cluster, paged=True) if data is None else
+             TxnBucket.from_parts(probe, data, self._read_gen, *args, cluster=self.cluster))
         out = b.batch(facts)
         self._save(b, 0, out)
         yield from to_rows(out)

@@ -32,22 +32,41 @@ produces each group as one record (``fact_records``; split past ``FACTS_PER_RECO
 ``<bucket>/<probe>``: stage 2 groups records by their key, without parsing them in the JVM,
 and a bucket's Python call parses a few JSON arrays (``facts_of``) instead of receiving one row
 per fact, which PySpark converts cell by cell.
+
+**Generations: cost that follows the writers touched.** A bucket keeps every writer for
+``txn.retention`` (thousands at a busy probe's rate: megabytes), while a micro-batch's facts
+touch a few: new transactions' visible facts, and invisible ones a grace period or more
+behind. So the monitor keeps a bucket's writers in *generations* of ``GEN_SPAN`` op indices
+(a probe numbers its ops in time order, so a generation is a stretch of time), each one value
+of a map state, and the bucket's **head** (places, verdicts, clock, and per generation its
+latest fact time and writer count) in one value. A batch reads and rewrites only the
+generations its facts' writers fall in; a generation whose latest fact is ``txn.retention``
+behind the clock is removed unread, and past ``txn.max.writers`` the oldest generations go
+first (so a bucket keeps at most ``txn.max.writers`` writers plus one generation's).
+``to_bytes``/``from_bytes`` keep the whole bucket in one value (the layout before
+generations, still loaded from old checkpoints and used offline).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import pickle
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from kmon.checker.sink import Sink, TxnFact
 from kmon.checker.torn import TxnStage, TxnState, write_of
 from kmon.streaming import evidence as ev
 from kmon.streaming.keyfold import ANOMALY, STATS
 
-# 2: each key's place carries its leader broker (1: topic and partition only).
+# 2: each key's place carries its leader broker (1: topic and partition only); 3: a head,
+# its writers in generations apart.
 _STATE_VERSION = 2
+_HEAD_VERSION = 3
+GEN_SPAN: Final = 1 << 16  # op indices per generation (about half a minute at 5k events/s)
 
 # Facts per record: a fact is about 250 bytes of JSON, and Kafka refuses records over 1 MB
 # by default.
@@ -89,25 +108,81 @@ def facts_of(value: bytes, probe: str, bucket: int, buckets: int) -> list[dict[s
     return kept
 
 
+def gen_of(writer: int) -> int:
+    """The generation a writer's state is kept in."""
+    return writer // GEN_SPAN
+
+
+@dataclass(frozen=True)
+class GenInfo:
+    """What a bucket's head knows of one generation without reading it."""
+
+    latest: int  # the latest fact time (ns) of its writers: it is forgotten past retention
+    writers: int
+    nbytes: int = 0  # as last written
+
+
+@dataclass(frozen=True)
+class SavedBucket:
+    """A bucket as the store keeps it: its head, the generations this batch changed (number ->
+    bytes) and those it dropped."""
+
+    head: bytes
+    puts: dict[int, bytes] = field(default_factory=dict)
+    removed: tuple[int, ...] = ()
+    nbytes: int = 0  # the whole bucket's, head and every generation
+
+    @property
+    def written(self) -> int:
+        return len(self.head) + sum(len(d) for d in self.puts.values())
+
+
+GenReader = Callable[[int], "bytes | None"]
+
+
+def _row_of(ts: TxnState) -> tuple:
+    return ([x.row()[:3] for x in ts.visible], [x.row() for x in ts.invisible],
+            ts.torn_reported, ts.lost_reported, ts.time)
+
+
+def _txn_of(row: tuple) -> TxnState:
+    vis, inv, torn, lost, t = row
+    ts = TxnState()
+    ts.visible = [write_of(r) for r in vis]
+    ts.invisible = [write_of(r) for r in inv]
+    ts.torn_reported, ts.lost_reported, ts.time = torn, lost, t
+    return ts
+
+
 class TxnBucket:
-    __slots__ = ("clock", "cluster", "places", "probe", "stage", "timer_ms", "verdicts")
+    """One (probe, bucket)'s transaction stage. Whole (``gens`` None: every writer in
+    ``stage``) or in generations (``paged``: ``stage`` holds the writers of the generations
+    read this batch, ``loaded``, which ``read_gen`` reads on demand)."""
+
+    __slots__ = ("clock", "cluster", "gens", "loaded", "max_writers", "places", "probe",
+                 "read_gen", "removed", "stage", "stored", "timer_ms", "verdicts")
 
     def __init__(self, probe: str, grace_ns: int, verdict_memory: int = 1024,
                  retain_ns: int | None = None, max_writers: int | None = None,
-                 cluster: str = "local") -> None:
+                 cluster: str = "local", paged: bool = False) -> None:
         self.probe = probe
         self.cluster = cluster  # the monitor's ``cluster`` setting, stamped on evidence
-        self.stage = TxnStage(grace_ns, retain_ns, max_writers)
+        self.max_writers = max_writers
+        # Paged, the writer bound is kept per generation here, not by the stage.
+        self.stage = TxnStage(grace_ns, retain_ns, None if paged else max_writers)
         self.clock = 0  # stage 1's watermark, as the latest fact carried it
         # key (JSON) -> (topic, partition, leader broker) as the key's latest fact said
         self.places: dict[str, tuple[str, int | None, int | None]] = {}
         self.verdicts = ev.Verdicts(verdict_memory)
         self.timer_ms: int | None = None  # (no timers: forgetting happens as facts arrive)
+        self.gens: dict[int, GenInfo] | None = {} if paged else None
+        self.stored: frozenset[int] = frozenset()  # generations in the store when loaded
+        self.loaded: set[int] = set()  # generations in ``stage`` (rewritten on save)
+        self.removed: set[int] = set()
+        self.read_gen: GenReader | None = None
 
     def to_bytes(self) -> bytes:
-        txns = {w: ([x.row()[:3] for x in ts.visible], [x.row() for x in ts.invisible],
-                    ts.torn_reported, ts.lost_reported, ts.time)
-                for w, ts in self.stage.txns.items()}
+        txns = {w: _row_of(ts) for w, ts in self.stage.txns.items()}
         return pickle.dumps((_STATE_VERSION, txns, self.places, self.verdicts.to_state(),
                              self.clock), protocol=5)
 
@@ -123,20 +198,73 @@ class TxnBucket:
         elif version != _STATE_VERSION:
             raise ValueError(f"unknown transaction stage state version {version!r}")
         b = cls(probe, grace_ns, verdict_memory, retain_ns, max_writers, cluster)
-        for w, (vis, inv, torn, lost, t) in txns.items():
-            ts = TxnState()
-            ts.visible = [write_of(row) for row in vis]
-            ts.invisible = [write_of(row) for row in inv]
-            ts.torn_reported, ts.lost_reported, ts.time = torn, lost, t
-            b.stage.txns[w] = ts
+        for w, row in txns.items():
+            b.stage.txns[w] = _txn_of(row)
         b.places, b.clock = places, clock
         b.verdicts = ev.Verdicts.from_state(verdicts, verdict_memory)
         return b
+
+    def to_parts(self) -> SavedBucket:
+        """The head, the generations read this batch (all that can have changed) and those
+        dropped. Only for a paged bucket."""
+        assert self.gens is not None, "a whole bucket is saved with to_bytes"
+        by_gen: dict[int, dict[Any, tuple]] = {}
+        for w, ts in self.stage.txns.items():
+            by_gen.setdefault(gen_of(w), {})[w] = _row_of(ts)
+        puts = {g: pickle.dumps(by_gen[g], protocol=5) for g in self.loaded if g in by_gen}
+        for g, data in puts.items():
+            self.gens[g] = dataclasses.replace(self.gens[g], nbytes=len(data))
+        gens = {g: (i.latest, i.writers, i.nbytes) for g, i in self.gens.items()}
+        head = pickle.dumps((_HEAD_VERSION, self.places, self.verdicts.to_state(), self.clock,
+                             gens), protocol=5)
+        removed = tuple(sorted((self.removed & self.stored) - puts.keys()))
+        return SavedBucket(head, puts, removed,
+                           len(head) + sum(i.nbytes for i in self.gens.values()))
+
+    @classmethod
+    def from_parts(cls, probe: str, head: bytes, read_gen: GenReader, grace_ns: int,
+                   verdict_memory: int = 1024, retain_ns: int | None = None,
+                   max_writers: int | None = None, cluster: str = "local") -> TxnBucket:
+        """A paged bucket from its head (``to_parts``), reading generations through
+        ``read_gen`` as facts need them; a whole state (``to_bytes``, an older checkpoint) is
+        loaded whole and rewritten in generations on save."""
+        parts = pickle.loads(head)
+        if parts[0] != _HEAD_VERSION:
+            whole = cls.from_bytes(probe, head, grace_ns, verdict_memory, retain_ns,
+                                   max_writers, cluster)
+            b = cls(probe, grace_ns, verdict_memory, retain_ns, max_writers, cluster, True)
+            b.stage.txns = whole.stage.txns
+            b.places, b.clock, b.verdicts = whole.places, whole.clock, whole.verdicts
+            b.loaded = {gen_of(w) for w in b.stage.txns}
+            b.read_gen = read_gen
+            return b
+        _, places, verdicts, clock, gens = parts
+        b = cls(probe, grace_ns, verdict_memory, retain_ns, max_writers, cluster, True)
+        b.places, b.clock = places, clock
+        b.verdicts = ev.Verdicts.from_state(verdicts, verdict_memory)
+        b.gens = {g: GenInfo(*info) for g, info in gens.items()}
+        b.stored = frozenset(b.gens)
+        b.read_gen = read_gen
+        return b
+
+    def _load(self, gens: Iterable[int]) -> None:
+        """Read the generations ``gens`` into ``stage`` (those not read yet)."""
+        assert self.gens is not None
+        for g in gens:
+            if g in self.loaded:
+                continue
+            self.loaded.add(g)
+            data = self.read_gen(g) if g in self.gens and self.read_gen else None
+            if data:
+                for w, row in pickle.loads(data).items():
+                    self.stage.txns[w] = _txn_of(row)
 
     def batch(self, facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Apply facts (as ``keyfold`` writes them; key and value as JSON text), then forget old
         writers."""
         facts.sort(key=_fact_order)
+        if self.gens is not None:
+            self._load({gen_of(int(f["writer"])) for f in facts})
         out: list[dict[str, Any]] = []
         sink = Sink()
         for f in facts:
@@ -156,10 +284,49 @@ class TxnBucket:
             sink.anomalies.clear()
         if self.clock > 0:
             self.stage.advance(self.clock)
-        if not self.stage.txns:
+        if self.gens is not None:
+            self._settle_gens()
+        if not self.stage.txns and not self.gens:
             self.places.clear()
         out.append({"kind": STATS, "probe": self.probe, "frags": len(facts)})
         return out
+
+    def _settle_gens(self) -> None:
+        """The head's view of the generations after a batch: those read recounted, those past
+        retention dropped unread, the oldest dropped while the bucket is over its bound."""
+        gens = self.gens
+        assert gens is not None
+        latest: dict[int, int] = {}
+        count: dict[int, int] = {}
+        for w, ts in self.stage.txns.items():
+            g = gen_of(w)
+            latest[g] = max(latest.get(g, 0), ts.time)
+            count[g] = count.get(g, 0) + 1
+        for g in list(self.loaded):
+            if g in count:
+                gens[g] = GenInfo(latest[g], count[g], gens[g].nbytes if g in gens else 0)
+            else:
+                self._drop(g)
+        retain = self.stage.retain_ns
+        if retain is not None and self.clock > 0:
+            for g in [g for g, i in gens.items() if i.latest <= self.clock - retain]:
+                self._drop(g)
+        if self.max_writers is not None:
+            total = sum(i.writers for i in gens.values())
+            for g in sorted(gens, key=lambda g: (gens[g].latest, g))[:-1]:
+                if total <= self.max_writers:
+                    break
+                total -= gens[g].writers
+                self._drop(g)
+
+    def _drop(self, g: int) -> None:
+        assert self.gens is not None
+        self.gens.pop(g, None)
+        self.removed.add(g)
+        if g in self.loaded:
+            self.loaded.discard(g)
+            for w in [w for w in self.stage.txns if gen_of(w) == g]:
+                del self.stage.txns[w]
 
     def next_timer_ms(self, watermark_ns: int) -> int | None:
         return None

@@ -94,7 +94,7 @@ def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SEC
     """
     s = settings(grace, unseen) if s is None else s
     keys = KeyStore(cache)
-    txns: dict[int, bytes] = {}
+    txns: dict[int, tuple[bytes, dict[int, bytes]]] = {}  # bucket -> (head, generations)
     out: dict[str, list] = {"evidence": [], "stats": [], "facts": [], "state_bytes": []}
     max_time = 0
     watermark = 0
@@ -134,10 +134,16 @@ def _stage2(out: dict, txns: dict, probe: str, grace: int, buckets: int) -> None
     for f in facts:
         by_bucket.setdefault(f["writer"] % buckets, []).append(f)
     for b, bucket_facts in by_bucket.items():
-        data = txns.get(b)
-        tb = TxnBucket(probe, grace) if data is None else TxnBucket.from_bytes(probe, data, grace)
+        # As the processor keeps a bucket: a head, and its writers' generations apart.
+        head, gens = txns.get(b, (None, {}))
+        tb = (TxnBucket(probe, grace, paged=True) if head is None else
+              TxnBucket.from_parts(probe, head, gens.get, grace))
         _collect(tb.batch(bucket_facts), out)
-        txns[b] = tb.to_bytes()
+        saved = tb.to_parts()
+        for g in saved.removed:
+            del gens[g]
+        gens.update(saved.puts)
+        txns[b] = (saved.head, gens)
 
 
 def _collect(rows: list[dict[str, Any]], out: dict) -> None:
