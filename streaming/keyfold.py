@@ -124,7 +124,9 @@ class KeyFold:
         """The state as a head and its cold window pages (``state_pages``; ``page_slots`` 0:
         all in the head), with the page writes that take the store from ``pages`` there."""
         cut = state_pages.split(self.st.to_body(), page_slots)
-        pages, writes = state_pages.changes(self.pages, cut.pages)
+        pages, writes, patches = state_pages.changes(self.pages, cut.pages, cut.widths)
+        if patches:
+            cut.head["patches"] = patches
         extra = (_STATE_VERSION, self.topic, self.partition, self.leader, self.placed,
                  self.timer_ms, self.verdicts.to_state(), self.lags, self.last_ops,
                  state_pages.tokens(pages))

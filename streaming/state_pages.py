@@ -51,6 +51,7 @@ class Split:
 
     head: dict[str, Any]
     pages: dict[int, bytes] = field(default_factory=dict)
+    widths: tuple[int, ...] = ()  # bytes per entry of each window table, in the pages' order
 
 
 def split(body: dict[str, Any], page_slots: int) -> Split:
@@ -76,26 +77,38 @@ def split(body: dict[str, Any], page_slots: int) -> Split:
     for t, bits in _WINDOW:
         head_arrays[t] = (arrays[t][0], _slice(arrays[t], bits, cut, None))
     head = {**body, "arrays": tuple(head_arrays), "pages": (page_slots, first, hot)}
-    return Split(head, pages)
+    return Split(head, pages, tuple(_ITEM[arrays[t][0]] for t, _ in _WINDOW))
 
 
 def join(head: dict[str, Any], pages: dict[int, bytes]) -> dict[str, Any]:
     """The body ``split`` cut: ``head`` with its cold ``pages`` put back. A ValueError names a
     page the head needs and the store did not have."""
     cut = head.pop("pages", None)
+    patches = head.pop("patches", None) or {}
     if cut is None:
         return head
     _, first, hot = cut
     missing = [p for p in range(first, hot) if p not in pages]
     if missing:
         raise ValueError(f"key state pages missing from the store: {missing[:5]}")
-    parts = [pickle.loads(pages[p]) for p in range(first, hot)]
+    parts = [_patched(pages[p], patches.get(p)) for p in range(first, hot)]
     arrays = list(head["arrays"])
     for i, (t, _) in enumerate(_WINDOW):
         code, top_raw = arrays[t]
         arrays[t] = (code, b"".join([*(part[i] for part in parts), top_raw]))
     head["arrays"] = tuple(arrays)
     return head
+
+
+def _patched(data: bytes, patch: list[tuple[int, int, bytes]] | None) -> tuple[bytes, ...]:
+    """A stored page's tables with the head's ``patch`` (table, entry, bytes) applied."""
+    tables = pickle.loads(data)
+    if not patch:
+        return tables
+    out = [bytearray(t) for t in tables]
+    for t, i, entry in patch:
+        out[t][i * len(entry):(i + 1) * len(entry)] = entry
+    return tuple(bytes(t) for t in out)
 
 
 def _slice(packed: tuple[str, bytes], bits: int, lo: int, hi: int | None) -> bytes:
@@ -134,19 +147,56 @@ class PageWrites:
         return sum(len(p.data) for p in self.put.values())
 
 
-def changes(loaded: dict[int, Page], pages: dict[int, bytes]) -> tuple[dict[int, Page],
-                                                                       PageWrites]:
-    """The store's pages after a save of ``pages`` (page number -> bytes) over ``loaded``, and
-    the writes that make them: an unchanged page keeps its token."""
+Patches = dict[int, list[tuple[int, int, bytes]]]  # page -> (table, entry, its bytes)
+
+
+def changes(loaded: dict[int, Page], pages: dict[int, bytes],
+            widths: tuple[int, ...] = ()) -> tuple[dict[int, Page], PageWrites, Patches]:
+    """The store's pages after a save of ``pages`` (page number -> bytes) over ``loaded``, the
+    writes that make them, and the patches the head carries instead: an unchanged page keeps
+    its token, and so does a page with a few entries changed (``PATCH_ENTRIES`` over all
+    pages; ``widths``: the tables' entry sizes). Verdicts decided as the watermark passes mark
+    flags on old offsets, a few per busy key and batch, which otherwise rewrite a whole page."""
     now: dict[int, Page] = {}
     put: dict[int, Page] = {}
+    patches: Patches = {}
+    budget = PATCH_ENTRIES if widths else 0
     for p, data in pages.items():
         old = loaded.get(p)
         if old is not None and old.data == data:
             now[p] = old
+            continue
+        patch = _diff(old.data, data, widths, budget) if old is not None and budget else None
+        if patch is not None:
+            now[p], patches[p] = old, patch
+            budget -= len(patch)
         else:
             now[p] = put[p] = Page(new_token(), data)
-    return now, PageWrites(put, [p for p in loaded if p not in pages])
+    return now, PageWrites(put, [p for p in loaded if p not in pages]), patches
+
+
+PATCH_ENTRIES: Final = 64  # entries a head patches at most, over all its cold pages
+
+
+def _diff(old: bytes, new: bytes, widths: tuple[int, ...],
+          budget: int) -> list[tuple[int, int, bytes]] | None:
+    """The entries that take page ``old`` to ``new`` (tables of equal sizes), or None when they
+    are more than ``budget``."""
+    was, now = pickle.loads(old), pickle.loads(new)
+    if len(was) != len(now) or len(widths) != len(now):
+        return None
+    out: list[tuple[int, int, bytes]] = []
+    for t, (a, b, w) in enumerate(zip(was, now, widths, strict=True)):
+        if a == b:
+            continue
+        if len(a) != len(b):
+            return None
+        for i in range(0, len(b), w):
+            if a[i:i + w] != b[i:i + w]:
+                out.append((t, i // w, b[i:i + w]))
+                if len(out) > budget:
+                    return None
+    return out
 
 
 def new_token() -> int:

@@ -46,6 +46,7 @@ class KeyStore:
         self.heads: dict[Any, bytes] = {}
         self.pages: dict[Any, dict[int, bytes]] = {}
         self.written = 0  # bytes put, heads and pages
+        self.page_puts = 0
         self.cache = cache
 
     def load(self, probe: str, key: Any, s: FoldSettings) -> KeyFold:
@@ -65,6 +66,7 @@ class KeyStore:
         saved = kf.to_parts(kf.settings.page_slots)
         stored = self.pages.setdefault(key, {})
         stored.update({p: page.data for p, page in saved.writes.put.items()})
+        self.page_puts += len(saved.writes.put)
         for p in saved.writes.removed:
             del stored[p]
         # what was loaded, with the changes, is the new state
