@@ -259,22 +259,40 @@ def _repeat_released_count(ops: list[Op], prefix: str) -> Injected:
     """The delivery-count finding where the history redelivered no released record (the
     consumer that released it may hold it, prefetched, past the run's end): an invented
     consumer is delivered it after the release with the released delivery's count, and
-    accepts it."""
+    accepts it. A history that released nothing (a short healthy run may not) has an accepted
+    record's ACCEPT made a RELEASE first."""
     end = max(o.time for o in ops)
-    for d, ack in _last_acked(ops, "release"):
-        # (the poll begins beyond the skew after the release: else it may overlap the
-        # delivery's lock, a concurrent delivery)
-        at = ack.time + 2 * SKEW_NS
-        if d.count >= 5 or at + SKEW_NS > end:
-            continue
-        p = _new_process(ops)
-        added = (_share_pair(d, p, at, at + MS, d.count)
-                 + _ack_pair(d, p, at + 2 * MS, at + 3 * MS, "accept"))
-        what = (f"key {d.key} offset {d.offset}: released (ok) by process {d.poll.process} "
-                f"after its delivery with count {d.count}; process {p} (invented) delivered "
-                f"it again with count {d.count} and accepted it")
-        return renamed(_with_ops(ops, added), prefix), what
-    raise ValueError("no released record (ok) to redeliver with the same count")
+    for outcome in ("release", "accept"):
+        for d, ack in _last_acked(ops, outcome):
+            # (the poll begins beyond the skew after the release: else it may overlap the
+            # delivery's lock, a concurrent delivery)
+            at = ack.time + 2 * SKEW_NS
+            if d.count >= 5 or at + SKEW_NS > end:
+                continue
+            base = ops if outcome == "release" else _released_instead(ops, ack, d)
+            p = _new_process(base)
+            added = (_share_pair(d, p, at, at + MS, d.count)
+                     + _ack_pair(d, p, at + 2 * MS, at + 3 * MS, "accept"))
+            how = "released (ok)" if outcome == "release" else "accepted (ok, made a release)"
+            what = (f"key {d.key} offset {d.offset}: {how} by process {d.poll.process} after "
+                    f"its delivery with count {d.count}; process {p} (invented) delivered it "
+                    f"again with count {d.count} and accepted it")
+            return renamed(_with_ops(base, added), prefix), what
+    raise ValueError("no released or accepted record (ok) to redeliver with the same count")
+
+
+def _released_instead(ops: list[Op], ack: Op, d: _Delivery) -> list[Op]:
+    """``ops`` with ``ack`` (an ok ack by ``d``'s consumer) and its invoke acknowledging
+    ``d``'s record with RELEASE instead of what they said."""
+    done = next(i for i, op in enumerate(ops) if op is ack)
+    begun = next(i for i in range(done - 1, -1, -1) if ops[i].process == ack.process
+                 and ops[i].type == "invoke" and ops[i].f == "ack")
+    out = list(ops)
+    for i in (begun, done):
+        out[i] = dataclasses.replace(ops[i], value=[
+            (m[0], m[1], m[2], "release") if (m[1], m[2]) == (d.key, d.offset) else m
+            for m in ops[i].value])
+    return out
 
 
 def share_redelivered(ops: list[Op], prefix: str) -> Injected:

@@ -169,6 +169,30 @@ def test_the_delivery_count_finding_needs_no_redelivery_in_the_base(seed: int) -
     assert "invented" in what
 
 
+def _nothing_released(ops: list[Op]) -> list[Op]:
+    """``_first_deliveries_only`` with every RELEASE gone too (the release's record then
+    delivered once and never acknowledged): CI's share-healthy run of stop 41 released
+    nothing in its ten seconds."""
+    out = []
+    for op in _first_deliveries_only(ops):
+        if op.f == "ack" and op.value:
+            op = dataclasses.replace(op, value=[m for m in op.value if m[3] != "release"])
+        out.append(op)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_delivery_count_finding_needs_no_release_in_the_base(seed: int) -> None:
+    ops, _ = simulate(seed, consumers=3, steps=300)
+    base = inject.renamed(_nothing_released(ops), "x")
+    assert not any(check(base).errors.values())
+    assert not [m for op in base if op.f == "ack" for m in op.value if m[3] == "release"]
+    injected, what = inject.share_delivery_count(base, "kmon-mx-t-share-delivery-count")
+    found = {t: len(v) for t, v in check(injected).errors.items() if v}
+    assert found == {"share-delivery-count": 1}, (what, found)
+    assert "made a release" in what
+
+
 def test_a_base_without_what_an_injection_needs_fails_only_that_row() -> None:
     # CI once ran a share-healthy row with no released record to work on: one row's
     # failure, not the whole detection module's.
