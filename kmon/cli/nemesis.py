@@ -86,7 +86,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="every topic starting with PREFIX (the probe's: kmon-probe-<name>)")
     v.add_argument("--partition", type=int, action="append", metavar="P",
                    help="partition of --topic (repeatable; default: the --count most unread)")
-    v.add_argument("--count", type=int, default=1, help="partitions to hit (default 1)")
+    v.add_argument("--count", default="1", metavar="N|all",
+                   help="partitions to hit, the N most unread or all (default 1)")
     v.add_argument("--interval", type=float, metavar="S",
                    help="delete again every S seconds while the fault lasts (default: once)")
     v.add_argument("--keep", type=int, default=0, metavar="N",
@@ -208,6 +209,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _count(text: str) -> int | None:
+    """``--count``: a number of partitions, or ``all`` (None)."""
+    if text == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise SettingError(f"--count: expected a number or all, got {text!r}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from kmon.local.cluster import ClusterError
     from kmon.local.kafka_proxy import KafkaProxyError
@@ -270,7 +281,7 @@ def build_fault(args: argparse.Namespace, cluster: LocalCluster,
                             toxicity=args.toxicity, cluster=cluster, **settings)
     if args.verb == "delete-records":
         return DeleteRecords(cluster, topic=args.topic, topic_prefix=args.topic_prefix,
-                             partitions=args.partition, count=args.count,
+                             partitions=args.partition, count=_count(args.count),
                              interval=args.interval, keep=args.keep)
     if args.verb == "unclean":
         mir = None if args.min_insync_replicas == "keep" else int(args.min_insync_replicas)

@@ -40,7 +40,9 @@ class DeleteRecords(Fault):
 
     Partitions: ``topic`` with explicit ``partitions``, or ``topic`` / ``topic_prefix`` (every
     topic starting with it, e.g. the probe's ``kmon-probe-<name>``) with the ``count``
-    partitions that have the most unread records at start. ``interval``: repeat the deletion
+    partitions that have the most unread records at start (None: every partition; the most
+    unread are those of the consumer groups, and a share group's position is not asked:
+    librdkafka has no DescribeShareGroupOffsets). ``interval``: repeat the deletion
     every so many seconds until stop (None: once, at start).
     """
 
@@ -52,7 +54,7 @@ class DeleteRecords(Fault):
         topic: str | None = None,
         topic_prefix: str | None = None,
         partitions: list[int] | None = None,
-        count: int = 1,
+        count: int | None = 1,
         interval: float | None = None,
         keep: int = 0,
     ) -> None:
@@ -69,7 +71,8 @@ class DeleteRecords(Fault):
                 raise SettingError("partitions: give at least one, or leave unset")
             for p in partitions:
                 check_partition(p, "partitions")
-        check_positive_int("count", count, minimum=1)
+        if count is not None:
+            check_positive_int("count", count, minimum=1)
         check_duration("interval", interval, allow_none=True)
         if interval is not None and interval < 0.1:
             raise SettingError(f"interval: at least 0.1 s, got {interval!r}")
@@ -119,7 +122,7 @@ class DeleteRecords(Fault):
 
     def _choose(self, admin: AdminClient) -> list[TopicPartition]:
         candidates = self._candidates(admin)
-        if self.partitions is not None:
+        if self.partitions is not None or self.count is None:
             return candidates
         ends = _offsets(admin, candidates, OffsetSpec.latest())
         committed = _max_committed(self.cluster, admin, candidates, self.topic_prefix)

@@ -8,6 +8,7 @@ broker may have been started.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -111,6 +112,27 @@ def test_delete_records_settings(cluster: LocalCluster, kwargs: dict, named: str
         DeleteRecords(cluster, **kwargs)
 
 
+class _Metadata:
+    """What ``AdminClient.list_topics`` answers, for two probe topics and another."""
+
+    def __init__(self) -> None:
+        parts = {p: object() for p in range(4)}
+        self.topics = {name: SimpleNamespace(partitions=parts, error=None)
+                       for name in ("kmon-probe-a.0", "kmon-probe-a.1", "other")}
+
+
+def test_delete_records_count_all_hits_every_partition_without_asking_offsets(
+        cluster: LocalCluster) -> None:
+    """``count=None`` (``--count all``): every partition of the prefix's topics, chosen
+    without the offsets and committed positions that rank the most unread (the admin stub
+    has no such calls: asking would raise)."""
+    fault = DeleteRecords(cluster, topic_prefix="kmon-probe-a", count=None)
+    admin = SimpleNamespace(list_topics=lambda timeout: _Metadata())
+    chosen = fault._choose(admin)  # type: ignore[arg-type]
+    assert [(tp.topic, tp.partition) for tp in chosen] == [
+        (f"kmon-probe-a.{t}", p) for t in range(2) for p in range(4)]
+
+
 @pytest.mark.parametrize(("kwargs", "named"), [
     ({}, "give either topic or topic_prefix"),
     ({"topic_prefix": "p", "partition": 0}, "partition: only with a single topic"),
@@ -138,6 +160,8 @@ def test_run_rejects_a_negative_duration(cluster: LocalCluster) -> None:
     (["net", "latency", "--rate-kbps", "5"], "latency has no setting 'rate_kbps'"),
     (["net", "down", "--stream", "upstream"], "a down proxy cuts both directions"),
     (["delete-records", "--topic", "t", "--topic-prefix", "p"], "either topic or topic_prefix"),
+    (["delete-records", "--topic", "t", "--count", "most"], "expected a number or all, got 'most'"),
+    (["delete-records", "--topic", "t", "--count", "0"], "count: expected an integer >= 1"),
     (["unclean", "--topic-prefix", "p", "--partition", "1"], "only with a single topic"),
     (["preset", "nope"], "unknown preset 'nope': one of safe"),
 ])
