@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from pyspark.sql import Row
@@ -152,6 +152,16 @@ class _Timed(StatefulProcessor):
         self.state.update((data,))
         return len(data), len(data)
 
+    def _put_parts(self, parts: Any, puts: Mapping[int, bytes], removed: Iterable[int],
+                   head: bytes) -> None:
+        """A state split into a head and numbered parts (a map state): remove the parts
+        dropped, write the changed ones, then the head that names them."""
+        for n in removed:
+            parts.removeKey((n,))
+        for n, data in puts.items():
+            parts.updateValue((n,), (data,))
+        self.state.update((head,))
+
     def close(self) -> None:
         pass
 
@@ -245,11 +255,8 @@ class KeyFoldProcessor(_Timed):
         """The head, and only the pages whose bytes changed; compacted pages removed."""
         saved = kf.to_parts(self.settings.page_slots)
         self.profile.add("page-puts", len(saved.writes.put))
-        for p, page in saved.writes.put.items():
-            self.pages.updateValue((p,), (page.data,))
-        for p in saved.writes.removed:
-            self.pages.removeKey((p,))
-        self.state.update((saved.head,))
+        self._put_parts(self.pages, {p: page.data for p, page in saved.writes.put.items()},
+                        saved.writes.removed, saved.head)
         kf.pages = saved.pages
         PAGE_CACHE.put(self.key, saved.pages)
         return saved.nbytes, saved.written
@@ -322,11 +329,7 @@ class TxnFoldProcessor(_Timed):
     def _store(self, b: TxnBucket) -> tuple[int, int]:
         """The head, and only the generations this batch read; dropped ones removed."""
         saved = b.to_parts()
-        for g in saved.removed:
-            self.gens.removeKey((g,))
-        for g, data in saved.puts.items():
-            self.gens.updateValue((g,), (data,))
-        self.state.update((saved.head,))
+        self._put_parts(self.gens, saved.puts, saved.removed, saved.head)
         return saved.nbytes, saved.written
 
     def handleInputRows(self, key: Any, rows: Iterator[Row],
