@@ -140,6 +140,14 @@ class SavedBucket:
 GenReader = Callable[[int], "bytes | None"]
 
 
+def _group_by_gen(txns: dict[int, TxnState]) -> dict[int, dict[int, TxnState]]:
+    """Writers (op index -> state) by generation."""
+    out: dict[int, dict[int, TxnState]] = {}
+    for w, ts in txns.items():
+        out.setdefault(gen_of(w), {})[w] = ts
+    return out
+
+
 def _row_of(ts: TxnState) -> tuple:
     return ([x.row()[:3] for x in ts.visible], [x.row() for x in ts.invisible],
             ts.torn_reported, ts.lost_reported, ts.time)
@@ -159,8 +167,8 @@ class TxnBucket:
     ``stage``) or in generations (``paged``: ``stage`` holds the writers of the generations
     read this batch, ``loaded``, which ``read_gen`` reads on demand)."""
 
-    __slots__ = ("clock", "cluster", "gens", "loaded", "max_writers", "places", "probe",
-                 "read_gen", "removed", "stage", "stored", "timer_ms", "verdicts")
+    __slots__ = ("by_gen", "clock", "cluster", "gens", "loaded", "max_writers", "places",
+                 "probe", "read_gen", "removed", "stage", "stored", "timer_ms", "verdicts")
 
     def __init__(self, probe: str, grace_ns: int, verdict_memory: int = 1024,
                  retain_ns: int | None = None, max_writers: int | None = None,
@@ -180,6 +188,8 @@ class TxnBucket:
         self.loaded: set[int] = set()  # generations in ``stage`` (rewritten on save)
         self.removed: set[int] = set()
         self.read_gen: GenReader | None = None
+        # ``stage``'s writers by generation, as the batch left them (None: not grouped yet)
+        self.by_gen: dict[int, dict[int, TxnState]] | None = None
 
     def to_bytes(self) -> bytes:
         txns = {w: _row_of(ts) for w, ts in self.stage.txns.items()}
@@ -208,10 +218,9 @@ class TxnBucket:
         """The head, the generations read this batch (all that can have changed) and those
         dropped. Only for a paged bucket."""
         assert self.gens is not None, "a whole bucket is saved with to_bytes"
-        by_gen: dict[int, dict[Any, tuple]] = {}
-        for w, ts in self.stage.txns.items():
-            by_gen.setdefault(gen_of(w), {})[w] = _row_of(ts)
-        puts = {g: pickle.dumps(by_gen[g], protocol=5) for g in self.loaded if g in by_gen}
+        by_gen = self.by_gen if self.by_gen is not None else _group_by_gen(self.stage.txns)
+        puts = {g: pickle.dumps({w: _row_of(ts) for w, ts in by_gen[g].items()}, protocol=5)
+                for g in self.loaded if g in by_gen}
         for g, data in puts.items():
             self.gens[g] = dataclasses.replace(self.gens[g], nbytes=len(data))
         gens = {g: (i.latest, i.writers, i.nbytes) for g, i in self.gens.items()}
@@ -263,6 +272,7 @@ class TxnBucket:
         """Apply facts (as ``keyfold`` writes them; key and value as JSON text), then forget old
         writers."""
         facts.sort(key=_fact_order)
+        self.by_gen = None  # the stage changes below
         if self.gens is not None:
             self._load({gen_of(int(f["writer"])) for f in facts})
         out: list[dict[str, Any]] = []
@@ -296,15 +306,12 @@ class TxnBucket:
         retention dropped unread, the oldest dropped while the bucket is over its bound."""
         gens = self.gens
         assert gens is not None
-        latest: dict[int, int] = {}
-        count: dict[int, int] = {}
-        for w, ts in self.stage.txns.items():
-            g = gen_of(w)
-            latest[g] = max(latest.get(g, 0), ts.time)
-            count[g] = count.get(g, 0) + 1
+        self.by_gen = _group_by_gen(self.stage.txns)  # kept for ``to_parts``
         for g in list(self.loaded):
-            if g in count:
-                gens[g] = GenInfo(latest[g], count[g], gens[g].nbytes if g in gens else 0)
+            writers = self.by_gen.get(g)
+            if writers:
+                gens[g] = GenInfo(max(ts.time for ts in writers.values()), len(writers),
+                                  gens[g].nbytes if g in gens else 0)
             else:
                 self._drop(g)
         retain = self.stage.retain_ns
@@ -325,7 +332,9 @@ class TxnBucket:
         self.removed.add(g)
         if g in self.loaded:
             self.loaded.discard(g)
-            for w in [w for w in self.stage.txns if gen_of(w) == g]:
+            writers = (self.by_gen.pop(g, {}) if self.by_gen is not None
+                       else _group_by_gen(self.stage.txns).get(g, {}))
+            for w in writers:
                 del self.stage.txns[w]
 
     def next_timer_ms(self, watermark_ns: int) -> int | None:
