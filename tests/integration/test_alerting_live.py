@@ -230,13 +230,21 @@ def _pager_path(live: Live, local_cluster: LocalCluster) -> None:
     others = [n for n in pager.firing_names() if n != LOST]
     assert not [n for n in others if n.startswith(rules.ANOMALY_ALERT_PREFIX)], others
 
-    # 3. after the alert resolved: kill the monitor, restart it under another instance
+    # 3. after the first page's alerts resolved: kill the monitor, restart it under another
+    # instance. Other partitions' verdicts may still come (each when a reader passes its
+    # deleted offsets, minutes apart as the probe's processes restart: CI saw a lost-write
+    # alert present for 3 minutes without a break), and page as they should; what must not
+    # page again is a verdict counted before the restart.
+    paged = {(a["labels"]["topic"], a["labels"]["partition"]) for n in first for a in n["alerts"]}
     wait_until(lambda: not [a for a in p.get("/api/v1/alerts")["data"]["alerts"]
-                            if a["labels"]["alertname"] == LOST], "the page resolves",
-               timeout=180)
-    restored = p.value(f'max(kmon_anomaly_last_timestamp_seconds{{cluster="{live.cluster}"}})')
+                            if a["labels"]["alertname"] == LOST
+                            and (a["labels"]["topic"], a["labels"]["partition"]) in paged],
+               "the first page's alerts resolve", timeout=180)
+    topic, partition = sorted(paged)[0]
+    series = (f'kmon_anomaly_last_timestamp_seconds{{cluster="{live.cluster}",'
+              f'anomaly="lost-write",topic="{topic}",partition="{partition}"')
+    restored = p.value(f"max({series}}})")
     assert restored is not None
-    pages_before = len(pager.firing(LOST))
     monitor = next(c for c in stack.children if c.name == "monitor")
     assert monitor.proc is not None
     os.killpg(monitor.proc.pid, signal.SIGKILL)
@@ -252,7 +260,7 @@ def _pager_path(live: Live, local_cluster: LocalCluster) -> None:
     stack.prometheus.up()  # reload: the old target is gone, the new one is another instance
     new_instance = f'instance="127.0.0.1:{stack.ports.metrics(slot)}"'
     wait_until(lambda: _children_alive(stack) and p.value(
-        f"max(kmon_anomaly_last_timestamp_seconds{{{new_instance}}})") == restored,
+        f"max({series},{new_instance}}})") == restored,
         "the restarted monitor exports the restored verdict time", timeout=180)
 
     # 4. stall the restarted monitor's Spark JVM: its metrics still answer, no batch finishes
@@ -267,10 +275,13 @@ def _pager_path(live: Live, local_cluster: LocalCluster) -> None:
     finally:
         for jvm in jvms:
             os.kill(jvm, signal.SIGCONT)
-    # Through the restart and the stall, the old verdict was never paged again.
-    assert len(pager.firing(LOST)) == pages_before, pager.firing(LOST)
+    # Through the restart and the stall, no verdict was paged again: every alert became active
+    # once (a partition's deleted offsets are decided together, when a reader passes them),
+    # the first page's among them.
+    activations = pager.activations()
+    assert all(len(starts) == 1 for starts in activations.values()), activations
+    assert {a["fingerprint"] for n in first for a in n["alerts"]} <= activations.keys()
     assert {n for n in pager.firing_names() if n.startswith(rules.ANOMALY_ALERT_PREFIX)} == {LOST}
-    assert all(len(starts) == 1 for starts in pager.activations().values()), pager.activations()
 
     # 5. every broker paused: the probe is blind, and that pages
     for node in BROKER_IDS:
