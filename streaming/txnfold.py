@@ -332,9 +332,8 @@ class TxnBucket:
         self.removed.add(g)
         if g in self.loaded:
             self.loaded.discard(g)
-            writers = (self.by_gen.pop(g, {}) if self.by_gen is not None
-                       else _group_by_gen(self.stage.txns).get(g, {}))
-            for w in writers:
+            assert self.by_gen is not None, "dropped only by _settle_gens, which groups first"
+            for w in self.by_gen.pop(g, {}):
                 del self.stage.txns[w]
 
     def next_timer_ms(self, watermark_ns: int) -> int | None:
