@@ -26,7 +26,7 @@ from kmon.local.cluster import LocalCluster
 from kmon.nemesis import Crash, DeleteRecords, Pause, Target, UncleanElection, health, segments
 from kmon.nemesis.fixtures import nemesis, toxiproxy  # noqa: F401  (pytest fixtures)
 from kmon.nemesis.runner import Nemesis
-from tests.helpers import produce_acked
+from tests.helpers import produce_acked, wait_until
 
 
 def _topic(cluster: LocalCluster, replication_factor: int = 3, **config: str) -> str:
@@ -87,10 +87,8 @@ def test_pause_and_crash_of_a_leader_lose_nothing_with_safe_settings(
         assert local_cluster.state(victim) == "running"
         # The health check saw the ISR whole in one broker's metadata; the broker asked here
         # may lag it by a moment (a fresh-clone run saw [2, 3] just after the heal).
-        deadline = time.monotonic() + 30
-        while sorted(local_cluster.isr(topic)) != [1, 2, 3] and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert sorted(local_cluster.isr(topic)) == [1, 2, 3]
+        wait_until(lambda: sorted(local_cluster.isr(topic)) == [1, 2, 3],
+                   f"the ISR of {topic} is [1, 2, 3] again", timeout=30)
     read = [v for _, v in _read(local_cluster.bootstrap, topic)]
     assert sorted(read) == sorted(sent)  # nothing lost, nothing twice
 
