@@ -509,9 +509,10 @@ class LocalCluster:
     def drop_topics(self, prefix: str, keep: Iterable[str] = (), timeout: float = 60.0,
                     ) -> list[str]:
         """Delete the topics whose names begin with ``prefix`` (Kafka's internal ones and the
-        readiness topic never), but those in ``keep``; their names, sorted. For the topics
-        earlier test, matrix, chaos and benchmark runs left: hundreds of partitions left
-        behind slow the nodes' 512 MB heaps into back-to-back garbage collections."""
+        readiness topic never), but those in ``keep``; their names, sorted, once no running
+        broker lists them any more. For the topics earlier test, matrix, chaos and benchmark
+        runs left: hundreds of partitions left behind slow the nodes' 512 MB heaps into
+        back-to-back garbage collections."""
         kept = {*keep, READY_TOPIC}
         names = sorted(t for t in self._metadata(None, timeout).topics
                        if t.startswith(prefix) and not t.startswith("__") and t not in kept)
@@ -519,7 +520,26 @@ class LocalCluster:
             with self._any_admin() as admin:
                 for f in admin.delete_topics(names, operation_timeout=timeout).values():
                     f.result(timeout)
+            # The controller answers once it has deleted them, and each broker learns it from
+            # the metadata log a moment later: until then its Metadata answer still lists them.
+            _wait_for(lambda: not self._listed_by_some_broker(names), timeout,
+                      f"every broker to forget the deleted topics {', '.join(names)}")
         return names
+
+    def _listed_by_some_broker(self, names: list[str]) -> bool:
+        """Whether any running broker's Metadata answer lists one of ``names`` (a broker
+        that does not answer within a few seconds, paused, is not asked)."""
+        for n in BROKER_IDS:
+            if self.state(n) != "running":
+                continue
+            try:
+                with self.node_admin(n) as admin:
+                    listed = admin.list_topics(timeout=3.0).topics
+            except KafkaException:
+                continue
+            if any(name in listed for name in names):
+                return True
+        return False
 
     def describe_topic(self, topic: str, timeout: float = 30.0) -> dict[int, PartitionState]:
         """Leader, replicas and ISR of each partition of ``topic``, by partition id."""
