@@ -64,6 +64,7 @@ def fold_settings(cfg: MonitorConfig) -> FoldSettings:
         share_delivery_limit=cfg.share_delivery_limit,
         share_skew_ns=round(cfg.share_skew_s * 1e9),
         page_slots=cfg.state_page_slots,
+        txn_buckets=cfg.txn_buckets,
     )
 
 
@@ -199,7 +200,7 @@ class Monitor:
             anomalies_topic=self.cfg.anomalies_topic, facts_topic=self.cfg.facts_topic,
             dead_letter_topic=self.cfg.dead_letter_topic, producer=producer,
             metrics=self.metrics, store=HadoopSnapshotStore(spark, self.cfg.metrics_dir),
-            e2e_bounds_s=E2E_BUCKETS, txn_buckets=self.cfg.txn_buckets,
+            e2e_bounds_s=E2E_BUCKETS,
             drained_after_s=self.cfg.drained_after_s)
         restored = self.outputs.restore()
         if restored:

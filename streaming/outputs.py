@@ -5,9 +5,10 @@ facts, dead letters and per-key stats. One pass over the collected rows:
 
 1. evidence (anomalies and unseen verdicts) goes to the anomalies topic, keyed by its
    deterministic id, stamped with ``detected_at`` (wall clock of emission);
-2. facts go to the facts topic (stage 2's input), regrouped by (probe, writer bucket), one
-   record per group (``txnfold.fact_records``); dead letters to the dead-letter topic with
-   their reason and source position in headers;
+2. facts go to the facts topic (stage 2's input) as stage 1 made their records, one per
+   (key, writer bucket) and call (``keyfold.KeyFold._flush_facts``), keyed by probe and
+   bucket (``txnfold.fact_key``); dead letters to the dead-letter topic with their reason and
+   source position in headers;
 3. the producer is flushed (a failed delivery fails the micro-batch: it is retried, never
    dropped), then counters and gauges are updated and a snapshot written (``snapshots``).
 
@@ -30,11 +31,10 @@ from datetime import datetime
 from typing import Any
 
 from kmon.streaming import evidence as ev
-from kmon.streaming.config import TXN_BUCKETS
 from kmon.streaming.keyfold import ANOMALY, DEAD, FACT, STATS, UNSEEN
 from kmon.streaming.metrics import MonitorMetrics, broker_label, placement_labels
 from kmon.streaming.snapshots import SnapshotStore
-from kmon.streaming.txnfold import bucket_of, fact_records
+from kmon.streaming.txnfold import fact_key
 
 PROFILE = os.environ.get("KMON_MONITOR_PROFILE") == "1"
 log = logging.getLogger("kmon.monitor")
@@ -105,7 +105,7 @@ class Outputs:
 
     def __init__(self, *, anomalies_topic: str, facts_topic: str, dead_letter_topic: str,
                  producer: Any, metrics: MonitorMetrics, store: SnapshotStore | None,
-                 e2e_bounds_s: tuple[float, ...], txn_buckets: int = TXN_BUCKETS,
+                 e2e_bounds_s: tuple[float, ...],
                  clock: Callable[[], float] = time.time, flush_timeout_s: float = 120.0,
                  drained_after_s: float = 3600.0) -> None:
         self.topics = {ANOMALY: anomalies_topic, UNSEEN: anomalies_topic, FACT: facts_topic,
@@ -114,7 +114,6 @@ class Outputs:
         self.metrics = metrics
         self.store = store
         self.e2e_bounds_s = e2e_bounds_s
-        self.txn_buckets = txn_buckets
         self.clock = clock
         self.flush_timeout_s = flush_timeout_s
         self.drained_after_s = drained_after_s  # metrics.drained.after
@@ -186,21 +185,17 @@ class Outputs:
                 return
             now = self.clock()
             counts: list[Callable[[], None]] = []
-            facts: dict[tuple[str, int], list[dict[str, Any]]] = {}
             for r in rows:
                 kind = r["kind"]
                 if kind in (ANOMALY, UNSEEN):
                     self._evidence(r, now, counts)
-                elif kind == FACT:
-                    for f in json.loads(r["body"]):
-                        group = (r["probe"], bucket_of(f["writer"], self.txn_buckets))
-                        facts.setdefault(group, []).append(f)
+                elif kind == FACT:  # a facts record of bucket ``writer``, as it is
+                    self._produce(self.topics[FACT], fact_key(r["probe"], r["writer"]),
+                                  r["body"])
                 elif kind == DEAD:
                     self._dead_letter(r, counts)
                 elif kind == STATS and stage == KEYS:
                     self._stats(r, counts)
-            for key, value in fact_records(facts):
-                self._produce(self.topics[FACT], key, value)
             self._flush()
             for c in counts:
                 c()

@@ -27,11 +27,11 @@ knew it); a bucket keeps the latest per key for its evidence (``broker``) and me
 Facts of one batch are applied in (time, writer, key, value) order, so a replayed batch emits the
 same evidence; judging is incremental and order-independent in what it finds.
 
-**Facts records.** The driver regroups each stage 1 micro-batch's facts by (probe, bucket) and
-produces each group as one record (``fact_records``; split past ``FACTS_PER_RECORD``), keyed
-``<bucket>/<probe>``: stage 2 groups records by their key, without parsing them in the JVM,
-and a bucket's Python call parses a few JSON arrays (``facts_of``) instead of receiving one row
-per fact, which PySpark converts cell by cell.
+**Facts records.** Stage 1 groups each key's facts of a call by bucket into records
+(``keyfold.KeyFold._flush_facts``; split past ``FACTS_PER_RECORD``), which the driver produces
+as they are, keyed ``<bucket>/<probe>`` (``fact_key``): stage 2 groups records by their key,
+without parsing them in the JVM, and a bucket's Python call parses a few JSON arrays
+(``facts_of``) instead of receiving one row per fact, which PySpark converts cell by cell.
 
 **Generations: cost that follows the writers touched.** A bucket keeps every writer for
 ``txn.retention`` (thousands at a busy probe's rate: megabytes), while a micro-batch's facts
@@ -60,7 +60,7 @@ from typing import Any, Final
 from kmon.checker.sink import Sink, TxnFact
 from kmon.checker.torn import TxnStage, TxnState, write_of
 from kmon.streaming import evidence as ev
-from kmon.streaming.keyfold import ANOMALY, STATS
+from kmon.streaming.keyfold import ANOMALY, STATS, bucket_of
 
 # 2: each key's place carries its leader broker (1: topic and partition only); 3: a head,
 # its writers in generations apart.
@@ -70,7 +70,6 @@ GEN_SPAN: Final = 1 << 16  # op indices per generation (about half a minute at 5
 
 # Facts per record: a fact is about 250 bytes of JSON, and Kafka refuses records over 1 MB
 # by default.
-FACTS_PER_RECORD = 1000
 # The fields a fact cannot do without (``keyfold`` writes these and probe, wm, topic, partition,
 # leader).
 _REQUIRED = frozenset(("kind", "writer", "key", "value", "offset", "outcome", "time"))
@@ -78,17 +77,9 @@ _REQUIRED = frozenset(("kind", "writer", "key", "value", "offset", "outcome", "t
 log = logging.getLogger("kmon.monitor")
 
 
-def bucket_of(writer: int, buckets: int) -> int:
-    return writer % buckets
-
-
-def fact_records(facts: dict[tuple[str, int], list[dict[str, Any]]]) -> list[tuple[str, str]]:
-    """(key, value) of the facts records of (probe, bucket) -> facts."""
-    out = []
-    for (probe, bucket), group in facts.items():
-        for i in range(0, len(group), FACTS_PER_RECORD):
-            out.append((f"{bucket}/{probe}", ev.to_json(group[i:i + FACTS_PER_RECORD])))
-    return out
+def fact_key(probe: str, bucket: int) -> str:
+    """The facts record key of (probe, bucket)."""
+    return f"{bucket}/{probe}"
 
 
 def facts_of(value: bytes, probe: str, bucket: int, buckets: int) -> list[dict[str, Any]]:

@@ -8,7 +8,15 @@ import threading
 
 import pytest
 
-from kmon.streaming.keyfold import ANOMALY, DEAD, FACT, STATS, UNSEEN
+from kmon.streaming.keyfold import (
+    ANOMALY,
+    DEAD,
+    FACT,
+    FACTS_PER_RECORD,
+    STATS,
+    UNSEEN,
+    KeyFold,
+)
 from kmon.streaming.metrics import E2E_BUCKETS, MonitorMetrics, registry_with
 from kmon.streaming.outputs import (
     KEYS,
@@ -19,7 +27,8 @@ from kmon.streaming.outputs import (
     interruption,
 )
 from kmon.streaming.snapshots import LocalSnapshotStore
-from kmon.streaming.txnfold import FACTS_PER_RECORD, facts_of
+from kmon.streaming.txnfold import facts_of
+from tests.unit.streaming.online import settings
 
 
 class FakeMsg:
@@ -71,17 +80,32 @@ def _fact(writer: int, probe: str = "p") -> dict:
             "outcome": "ok", "time": 10, "wm": 0, "probe": probe, "topic": "t", "partition": 0}
 
 
-def test_facts_are_regrouped_by_probe_and_writer_bucket_in_bounded_records(tmp_path) -> None:
-    out = _outputs(tmp_path)
+def test_stage_1_groups_its_facts_by_writer_bucket_in_bounded_records() -> None:
+    kf = KeyFold("p", 1, settings())
     many = [_fact(16 * i) for i in range(FACTS_PER_RECORD + 5)]  # all bucket 0
-    out.handle(KEYS, 0, [_row(FACT, body=json.dumps([_fact(3), *many[:10]])),
-                         _row(FACT, body=json.dumps(many[10:])),
-                         _row(FACT, probe="q", body=json.dumps([_fact(3, "q")]))])
-    got = [(k, json.loads(v)) for _, k, v, _ in out.producer.sent]
-    assert [(k, len(v)) for k, v in got] == [("3/p", 1), ("0/p", FACTS_PER_RECORD),
-                                             ("0/p", 5), ("3/q", 1)]
-    assert got[1][1] + got[2][1] == many
-    # stage 2 reads each record back for its own (probe, bucket) only
+    kf.facts = [_fact(3), *many, _fact(35)]
+    rows: list[dict] = []
+    kf._flush_facts(rows, 77)
+    got = [(r["writer"], json.loads(r["body"])) for r in rows]
+    assert [(bucket, len(fs)) for bucket, fs in got] == [(0, FACTS_PER_RECORD), (0, 5), (3, 2)]
+    assert got[0][1] + got[1][1] == [{**f, "wm": 77} for f in many]
+    assert [f["writer"] for f in got[2][1]] == [3, 35]
+    assert kf.facts == []
+    kf._flush_facts(rows, 78)  # nothing new: no row
+    assert len(rows) == 3
+
+
+def test_the_driver_produces_facts_records_as_stage_1_made_them(tmp_path) -> None:
+    out = _outputs(tmp_path)
+    body = json.dumps([_fact(3), _fact(19)])
+    out.handle(KEYS, 0, [_row(FACT, writer=3, body=body),
+                         _row(FACT, probe="q", writer=0, body=json.dumps([_fact(16, "q")]))])
+    assert [(t, k, v) for t, k, v, _ in out.producer.sent] == [
+        ("fa", "3/p", body), ("fa", "0/q", json.dumps([_fact(16, "q")]))]
+
+
+def test_stage_2_reads_a_facts_record_for_its_own_probe_and_bucket_only() -> None:
+    many = [_fact(16 * i) for i in range(5)]
     assert facts_of(json.dumps(many).encode(), "p", 0, 16) == many
     assert facts_of(json.dumps([_fact(3), _fact(16)]).encode(), "p", 0, 16) == [_fact(16)]
     assert facts_of(b"not json", "p", 0, 16) == []
@@ -123,17 +147,17 @@ def test_batch_delivers_and_counts(tmp_path) -> None:
     out = _outputs(tmp_path)
     rows = [_evidence("a1"), _evidence("a1b", update=True),
             _row(UNSEEN, atype="unseen", id="u1", body=json.dumps({"id": "u1"})),
-            _row(FACT, body=json.dumps([_fact(33), _fact(1)])),
+            _row(FACT, writer=1, body=json.dumps([_fact(33), _fact(1)])),
             _row(DEAD, atype="undecodable", id="ev:0:5", raw=b"\x00junk"),
             _row(STATS, unseen=2, lag=3_000_000_000, e2e=[1] + [0] * 15, e2e_sum=1000)]
     out.handle(KEYS, 0, rows)
     sent = out.producer.sent
     assert [(t, k) for t, k, _, _ in sent] == [("an", "a1"), ("an", "a1b"), ("an", "u1"),
-                                               ("dl", "ev:0:5"), ("fa", "1/p")]
+                                               ("fa", "1/p"), ("dl", "ev:0:5")]
     assert json.loads(sent[0][2])["detected_at"] == 2_000_000_000
-    assert sent[3][2] == b"\x00junk"
-    assert dict(sent[3][3])["kmon-dead-letter-reason"] == b"undecodable"
-    assert json.loads(sent[4][2]) == [_fact(33), _fact(1)]  # writers 33 and 1: bucket 1 of 16
+    assert sent[4][2] == b"\x00junk"
+    assert dict(sent[4][3])["kmon-dead-letter-reason"] == b"undecodable"
+    assert json.loads(sent[3][2]) == [_fact(33), _fact(1)]  # writers 33 and 1: bucket 1 of 16
     m = out.metrics
     assert _count(m) == 1  # the update is evidence, not a new verdict
     reg = _Registry(m)
