@@ -59,7 +59,8 @@ OUTPUT_COLUMNS = (
 )
 
 # Facts records (stage 2's input, ``txnfold``): a transaction's facts go to the bucket of its
-# writer (the op index of its send), at most ``FACTS_PER_RECORD`` facts a record.
+# writer (the op index of its send), at most ``FACTS_PER_RECORD`` facts a record: a fact is
+# about 250 bytes of JSON, and Kafka refuses records over 1 MB by default.
 FACTS_PER_RECORD = 1000
 
 

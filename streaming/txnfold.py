@@ -68,8 +68,6 @@ _STATE_VERSION = 2
 _HEAD_VERSION = 3
 GEN_SPAN: Final = 1 << 16  # op indices per generation (about half a minute at 5k events/s)
 
-# Facts per record: a fact is about 250 bytes of JSON, and Kafka refuses records over 1 MB
-# by default.
 # The fields a fact cannot do without (``keyfold`` writes these and probe, wm, topic, partition,
 # leader).
 _REQUIRED = frozenset(("kind", "writer", "key", "value", "offset", "outcome", "time"))
