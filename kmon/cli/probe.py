@@ -134,9 +134,12 @@ def _run(cfg: Any) -> int:
     from kmon.probes.workload import Workload
 
     # A crash in the native client (librdkafka) prints every Python thread's stack to stderr
-    # (when stderr is a file: not when the probe is called in-process with stderr captured).
-    with suppress(io.UnsupportedOperation, ValueError):
+    # (when stderr is a file: not when the probe is called in-process with stderr captured);
+    # so does SIGUSR1, for a probe that hangs with the GIL held in a native call (its metrics
+    # stop answering, SIGTERM does nothing): `kill -USR1` shows where before the kill.
+    with suppress(io.UnsupportedOperation, ValueError, RuntimeError):
         faulthandler.enable(all_threads=True)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     metrics = _serve_metrics(cfg)
     with ExitStack() as stack:
         history = None

@@ -6,8 +6,10 @@ in three matrix runs; in a child it takes down that probe only, and the matrix c
 and run the row again instead of losing the test run or the monitor with it.
 
 The child writes the history file itself and sends back the probe id once started, and the
-workload's summary and metrics once shut down. Its stacks go to stderr if it crashes, or if
-its shutdown takes longer than ``SHUTDOWN_DUMP_AFTER``: a hang is then diagnosable from the log.
+workload's summary and metrics once shut down. Its stacks go to stderr if it crashes, if
+its shutdown takes longer than ``SHUTDOWN_DUMP_AFTER``, or if it sends nothing in time (a
+SIGUSR1 before the kill): a hang is then diagnosable from the log, even one where a thread
+holds the GIL inside the native client and no Python code runs at all.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import contextlib
 import faulthandler
 import logging
 import multiprocessing
+import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,8 @@ START_TIMEOUT = 90.0  # spawn, import, create the events topic
 # in the worst case; one still running after this dumps its stacks.
 SHUTDOWN_DUMP_AFTER = 120.0
 EXIT_TIMEOUT = 30.0  # from the summary to the process' exit (interpreter teardown)
+DUMP_SIGNAL = signal.SIGUSR1  # the child prints every thread's stack on it
+DUMP_WAIT = 3.0  # for that dump to be written before the kill
 
 
 class ProbeDied(RuntimeError):
@@ -118,9 +124,21 @@ class ProbeChild:
         self._proc.join(5)
         code = self._proc.exitcode
         if code is None:
+            self._dump_stacks()
             self._proc.kill()
             raise ProbeDied(f"the probe process sent nothing within {timeout:.0f}s of {what}")
         raise ProbeDied(f"the probe process died during {what}: {_exit_text(code)}")
+
+
+    def _dump_stacks(self) -> None:
+        """Ask the silent child for every thread's stack (on its stderr), then wait a moment:
+        faulthandler writes them from a signal handler, so a process whose Python is frozen
+        (the GIL held in a native call that never returns) still shows where."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._proc.pid, DUMP_SIGNAL)
+            log.warning("the probe process (pid %d) is silent: its stacks follow on stderr",
+                        self._proc.pid)
+            time.sleep(DUMP_WAIT)
 
 
 def _exit_text(code: int) -> str:
@@ -132,12 +150,19 @@ def _exit_text(code: int) -> str:
     return f"exit code {code}"
 
 
+def enable_stack_dumps() -> None:
+    """In the child: a crash in the native client prints every thread's stack, and so does
+    ``DUMP_SIGNAL`` (the parent's, on a hang); both from a signal handler, GIL or not."""
+    faulthandler.enable()
+    faulthandler.register(DUMP_SIGNAL, all_threads=True)
+
+
 def _child_main(overrides: dict[str, str], history: str, conn: Any, dump_after: float) -> None:
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s probe[%(process)d] %(name)s: %(message)s")
     # The parent ends the child through the pipe; ^C in a terminal goes to the parent.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    faulthandler.enable()  # a crash in the native client prints every thread's stack
+    enable_stack_dumps()
     from prometheus_client import generate_latest
 
     from kmon.probes import config as probe_config
