@@ -110,6 +110,12 @@ class Process:
         # Keys the consumer had at its last poll (None: unknown, e.g. after an assign op): an
         # assignment that changed without a callback we saw is still logged as a rebalance.
         self.seen_assignment: set[int] | None = None
+        # The consumer's assignment as this process set it (every assign is ours, or the
+        # fallback after our rebalance callback), so a poll need not ask: ``assignment()``
+        # waits for librdkafka's main thread holding the GIL, which freezes every thread of
+        # the probe for as long as that thread is slow (~20% of the GIL's time under CPU
+        # starvation, sampled with py-spy). None: unknown (an assign failed), ask the client.
+        self.client_assignment: list[tuple[str, int]] | None = []
         self.epochs: dict[int, int] = {}
         self.leaders: dict[tuple[str, int], int] = {}
         self.leaders_at = 0.0
@@ -166,6 +172,7 @@ class Process:
 
     def _new_consumer(self, mode: str) -> Consumer:
         self.group = f"{self.cfg.topic_prefix}-{mode}"
+        self.client_assignment = []  # a new consumer has none
         return Consumer(C.consumer_config(self.cfg, self._client_id("c"), self.group,
                                           error_cb=self.wl.count_error))
 
@@ -186,6 +193,7 @@ class Process:
         self.group = None  # only now: the callbacks of a consumer's close belong to its group
         self.assigned, self.subscribed = [], []
         self.seen_assignment = None
+        self.client_assignment = []
         self.epochs.clear()
         self.positions.clear()
         self.revoked_positions.clear()
@@ -293,6 +301,9 @@ class Process:
         """
         if self._retired(consumer):
             return
+        # Unknown until our assign below returns (if this callback fails before it,
+        # confluent-kafka assigns ``partitions`` itself).
+        self._track_assignment(consumer, None)
         self._rebalanced("assigned", partitions)
         restore = self.revoked_positions if self.cfg.restore_positions else {}
         self.revoked_positions = {}
@@ -314,13 +325,30 @@ class Process:
                 starts = self._client_starts(fresh)
             self._started(starts)
         consumer.assign(restored + fresh)  # instead of the automatic assign after this callback
+        self._track_assignment(consumer, restored + fresh)
 
     def _retired(self, consumer: Consumer) -> bool:
         """Whether ``consumer`` was abandoned under a hung call: its callbacks (when it is
         closed at last) belong to no op of this process."""
         return any(c is consumer for c in self.wl.abandoned_clients)
 
+    def _track_assignment(self, consumer: Consumer,
+                          partitions: list[TopicPartition] | None) -> None:
+        """Note ``consumer``'s assignment (None: unknown), if it is this process' consumer
+        (a consumer being closed is served its last callbacks in another thread)."""
+        if consumer is self.consumer:
+            self.client_assignment = (None if partitions is None
+                                      else [(tp.topic, tp.partition) for tp in partitions])
+
+    def _assignment(self, consumer: Consumer) -> list[tuple[str, int]]:
+        """The consumer's assignment: as tracked, or (unknown) asked of librdkafka."""
+        if self.client_assignment is not None:
+            return self.client_assignment
+        return [(tp.topic, tp.partition) for tp in consumer.assignment()]
+
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Our callbacks of a revocation assign nothing: confluent-kafka unassigns after them.
+        self._track_assignment(consumer, [])
         if self._retired(consumer):
             return
         self._rebalanced("revoked", partitions)
@@ -330,6 +358,7 @@ class Process:
                 self.revoked_positions[k] = self.positions.pop(k)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._track_assignment(consumer, [])
         if self._retired(consumer):
             return
         self._rebalanced("lost", partitions)  # others may own them now: no position to keep
@@ -378,8 +407,8 @@ class Process:
                 self.epochs[k] = epoch
         assigned: set[int] = set()
         try:
-            for tp in c.assignment():
-                k = self.keys.key(tp.topic, tp.partition)
+            for topic, partition in self._assignment(c):
+                k = self.keys.key(topic, partition)
                 if k is not None:
                     reads.setdefault(k, [])
                     assigned.add(k)
@@ -454,7 +483,9 @@ class Process:
                 self.consumer = self._new_consumer(ASSIGN)
             tps, starts = self._start_positions(
                 self.consumer, [TopicPartition(*self.keys.topic_partition(k)) for k in keys])
+            self._track_assignment(self.consumer, None)  # until the assign has returned
             self.consumer.assign(tps)
+            self._track_assignment(self.consumer, tps)
             self._started(starts)
             self.assign_starts = {(tp.topic, tp.partition): tp.offset for tp in tps}
             self.positions.clear()  # every assigned key restarts from its committed offset
@@ -705,7 +736,7 @@ class Process:
         if not first_read or self.consumer is None:
             return True
         try:
-            assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+            assigned = set(self._assignment(self.consumer))
             for k, off in first_read.items():
                 topic, partition = self.keys.topic_partition(k)
                 if (topic, partition) in assigned:

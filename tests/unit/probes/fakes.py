@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import random
+from types import SimpleNamespace
+from typing import Any
+
 TOPIC = "kmon-probe-t.0"
 
 
@@ -21,3 +26,28 @@ class OneTopicKeys:
 
     def readable_keys(self) -> list[int]:
         return [0, 1]
+
+    def keys_of(self, topics: list[str]) -> list[int]:
+        return [0, 1] if TOPIC in topics else []
+
+
+def fake_process(**overrides: str) -> tuple[Any, io.StringIO]:
+    """A probe ``Process`` on a stand-in workload (keys: ``OneTopicKeys``), recording its
+    history into the returned StringIO; ``overrides`` are probe settings."""
+    from prometheus_client import CollectorRegistry
+
+    from kmon.probes import config
+    from kmon.probes.metrics import ProbeMetrics
+    from kmon.probes.process import Process
+    from kmon.probes.recorder import Recorder
+
+    cfg = config.load(env={}, overrides={"kafka.bootstrap.servers": "127.0.0.1:1", "name": "t",
+                                         "op_timeout": "0.2", "close_timeout": "1", **overrides})
+    history = io.StringIO()
+    pids = iter(range(100))
+    rebalances = SimpleNamespace(labels=lambda kind: SimpleNamespace(inc=lambda: None))
+    wl = SimpleNamespace(cfg=cfg, recorder=Recorder(cfg.probe_id, ProbeMetrics(
+        CollectorRegistry()), history=history), keyspace=OneTopicKeys(), new_pid=lambda: next(pids),
+        abandoned_clients=[], count_error=lambda err: None,
+        metrics=SimpleNamespace(rebalances=rebalances))
+    return Process(0, wl, random.Random(0)), history

@@ -5,20 +5,15 @@ the call returns, its callbacks then belonging to no op."""
 from __future__ import annotations
 
 import io
-import random
 import threading
 from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from prometheus_client import CollectorRegistry
 
 from kmon.history import Op, Rebalance, iter_jsonl
-from kmon.probes import config
-from kmon.probes.metrics import ProbeMetrics
 from kmon.probes.process import Process
-from kmon.probes.recorder import Recorder
-from tests.unit.probes.fakes import TOPIC, OneTopicKeys
+from tests.unit.probes.fakes import TOPIC, fake_process
 
 
 class FakeConsumer:
@@ -47,17 +42,8 @@ class FakeConsumer:
 
 
 def process(consumer: FakeConsumer) -> tuple[Process, io.StringIO]:
-    cfg = config.load(env={}, overrides={"kafka.bootstrap.servers": "127.0.0.1:1", "name": "t",
-                                         "op_timeout": "0.2", "close_timeout": "1"})
-    history = io.StringIO()
-    pids = iter(range(100))
-    wl = SimpleNamespace(cfg=cfg, recorder=Recorder(cfg.probe_id, ProbeMetrics(
-        CollectorRegistry()), history=history), keyspace=OneTopicKeys(), new_pid=lambda: next(pids),
-        abandoned_clients=[], count_error=lambda err: None,
-        metrics=SimpleNamespace(rebalances=SimpleNamespace(
-            labels=lambda kind: SimpleNamespace(inc=lambda: None))))
-    proc = Process(0, wl, random.Random(0))  # type: ignore[arg-type]
-    proc.consumer, proc.group = consumer, "kmon-probe-t-assign"  # type: ignore[assignment]
+    proc, history = fake_process()
+    proc.consumer, proc.group = consumer, "kmon-probe-t-assign"
     return proc, history
 
 

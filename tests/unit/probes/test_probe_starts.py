@@ -5,20 +5,14 @@ belong to the closed consumer's group, never to the op's new consumer's."""
 from __future__ import annotations
 
 import io
-import random
-from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import TopicPartition
-from prometheus_client import CollectorRegistry
 
 from kmon.history import Op, Start, iter_jsonl
 from kmon.history.model import START_COMMITTED
-from kmon.probes import config
-from kmon.probes.metrics import ProbeMetrics
 from kmon.probes.process import ASSIGN, SUBSCRIBE, Process
-from kmon.probes.recorder import Recorder
-from tests.unit.probes.fakes import TOPIC, OneTopicKeys
+from tests.unit.probes.fakes import TOPIC, fake_process
 
 ASSIGN_GROUP, SUBSCRIBE_GROUP = "kmon-probe-t-assign", "kmon-probe-t-subscribe"
 
@@ -47,16 +41,7 @@ class FakeConsumer:
 def subscribed_process() -> tuple[Process, io.StringIO]:
     """A process whose subscribe-mode consumer (its group committed 40 on partition 1) is served
     partition 1 when it closes."""
-    cfg = config.load(env={}, overrides={"kafka.bootstrap.servers": "127.0.0.1:1", "name": "t",
-                                         "op_timeout": "0.2", "close_timeout": "1"})
-    history = io.StringIO()
-    pids = iter(range(100))
-    rebalances = SimpleNamespace(labels=lambda kind: SimpleNamespace(inc=lambda: None))
-    wl = SimpleNamespace(cfg=cfg, recorder=Recorder(cfg.probe_id, ProbeMetrics(
-        CollectorRegistry()), history=history), keyspace=OneTopicKeys(), new_pid=lambda: next(pids),
-        abandoned_clients=[], count_error=lambda err: None,
-        metrics=SimpleNamespace(rebalances=rebalances))
-    proc = Process(0, wl, random.Random(0))  # type: ignore[arg-type]
+    proc, history = fake_process()
     proc.consumer = FakeConsumer(proc, {1: 40}, served_on_close=(1,))  # type: ignore[assignment]
     proc.group, proc.mode = SUBSCRIBE_GROUP, SUBSCRIBE
     return proc, history
