@@ -340,12 +340,19 @@ def test_sigterm_stops_kmon_probe_cleanly(kafka_bootstrap: str, tmp_path: Path) 
                 not history.exists() or history.stat().st_size < 20000):
             assert proc.poll() is None, proc.stderr.read()
             time.sleep(0.5)
+        # SIGUSR1 prints every thread's stack (a frozen probe's diagnosis) and the probe runs on.
+        proc.send_signal(signal.SIGUSR1)
+        grown = history.stat().st_size + 5000
+        while time.monotonic() < deadline + 30 and history.stat().st_size < grown:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
+    assert "most recent call first" in err and "workload.py" in err, err
     summary = json.loads(out)
     assert summary["ops"] > 0 and summary["events_dropped"] == 0
     ops = list(iter_ops(history))
