@@ -112,8 +112,8 @@ class Process:
         self.seen_assignment: set[int] | None = None
         # The consumer's assignment as this process set it (every assign is ours, or the
         # fallback after our rebalance callback), so a poll need not ask: ``assignment()``
-        # waits for librdkafka's main thread holding the GIL, which freezes every thread of
-        # the probe for as long as that thread is slow (~20% of the GIL's time under CPU
+        # waits for librdkafka's main thread holding the GIL, and every thread of the probe
+        # stops meanwhile (most of the probe's GIL-held waits on librdkafka under CPU
         # starvation, sampled with py-spy). None: unknown (an assign failed), ask the client.
         self.client_assignment: list[tuple[str, int]] | None = []
         self.epochs: dict[int, int] = {}
