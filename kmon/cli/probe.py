@@ -128,9 +128,8 @@ def _serve_metrics(cfg: Any) -> Any:
 
 
 def _run(cfg: Any) -> int:
-    import faulthandler
-
     from kmon.probes.config import ConfigError
+    from kmon.probes.stacks import enable_stack_dumps
     from kmon.probes.workload import Workload
 
     # A crash in the native client (librdkafka) prints every Python thread's stack to stderr
@@ -138,8 +137,7 @@ def _run(cfg: Any) -> int:
     # so does SIGUSR1, for a probe that hangs with the GIL held in a native call (its metrics
     # stop answering, SIGTERM does nothing): `kill -USR1` shows where before the kill.
     with suppress(io.UnsupportedOperation, ValueError, RuntimeError):
-        faulthandler.enable(all_threads=True)
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        enable_stack_dumps()
     metrics = _serve_metrics(cfg)
     with ExitStack() as stack:
         history = None

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kmon.probes.stacks import DUMP_SIGNAL, enable_stack_dumps
+
 log = logging.getLogger("kmon.nemesis.probe")
 
 START_TIMEOUT = 90.0  # spawn, import, create the events topic
@@ -31,7 +33,6 @@ START_TIMEOUT = 90.0  # spawn, import, create the events topic
 # in the worst case; one still running after this dumps its stacks.
 SHUTDOWN_DUMP_AFTER = 120.0
 EXIT_TIMEOUT = 30.0  # from the summary to the process' exit (interpreter teardown)
-DUMP_SIGNAL = signal.SIGUSR1  # the child prints every thread's stack on it
 DUMP_WAIT = 3.0  # for that dump to be written before the kill
 
 
@@ -129,7 +130,6 @@ class ProbeChild:
             raise ProbeDied(f"the probe process sent nothing within {timeout:.0f}s of {what}")
         raise ProbeDied(f"the probe process died during {what}: {_exit_text(code)}")
 
-
     def _dump_stacks(self) -> None:
         """Ask the silent child for every thread's stack (on its stderr), then wait a moment:
         faulthandler writes them from a signal handler, so a process whose Python is frozen
@@ -150,19 +150,12 @@ def _exit_text(code: int) -> str:
     return f"exit code {code}"
 
 
-def enable_stack_dumps() -> None:
-    """In the child: a crash in the native client prints every thread's stack, and so does
-    ``DUMP_SIGNAL`` (the parent's, on a hang); both from a signal handler, GIL or not."""
-    faulthandler.enable()
-    faulthandler.register(DUMP_SIGNAL, all_threads=True)
-
-
 def _child_main(overrides: dict[str, str], history: str, conn: Any, dump_after: float) -> None:
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s probe[%(process)d] %(name)s: %(message)s")
     # The parent ends the child through the pipe; ^C in a terminal goes to the parent.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    enable_stack_dumps()
+    enable_stack_dumps()  # on a crash, and on the parent's DUMP_SIGNAL when it hangs
     from prometheus_client import generate_latest
 
     from kmon.probes import config as probe_config

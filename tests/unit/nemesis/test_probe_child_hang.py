@@ -13,12 +13,13 @@ import pytest
 
 from kmon.nemesis import probe_child
 from kmon.nemesis.probe_child import ProbeChild, ProbeDied
+from kmon.probes.stacks import enable_stack_dumps
 
 
 def frozen_child(overrides: dict[str, str], history: str, conn: Any, dump_after: float) -> None:
     """The probe child's set-up, then a native sleep that keeps the GIL (PyDLL does not
     release it): no Python runs in the process again, so it never answers."""
-    probe_child.enable_stack_dumps()
+    enable_stack_dumps()
     conn.send(("started", "frozen"))
     ctypes.PyDLL(None).sleep(120)
 
