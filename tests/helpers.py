@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -98,3 +99,15 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) 
     while not condition():
         assert time.monotonic() < deadline, f"still not true after {timeout:.0f}s: {what}"
         time.sleep(0.2)
+
+
+def leave_time_wait(port: int) -> None:
+    """Leave ``port`` in TIME_WAIT as a closed server leaves it (its side closed first): what
+    the suite's servers on ephemeral ports leave behind for a minute."""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        with socket.create_connection(("127.0.0.1", port)):
+            accepted, _ = server.accept()
+            accepted.close()

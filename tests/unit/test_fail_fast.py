@@ -14,13 +14,19 @@ from kmon.env import SettingError
 from kmon.local import procs
 from kmon.local.cluster import LocalCluster
 from kmon.local.ports import Ports
+from tests.helpers import leave_time_wait
+
+# Bases below Linux's ephemeral range (32768-60999 by default), where the suite's servers on
+# port 0 and its clients leave closed connections in TIME_WAIT: one made the squatter's bind
+# fail in a fresh-clone run (2026-11-28), before the squatter set SO_REUSEADDR as servers do.
+BASES = range(20000, 32000, 100)
 
 
 @pytest.fixture
 def free_base() -> int:
     """A port base whose Kafka and Prometheus ports are all free right now."""
     for _ in range(100):
-        base = random.randrange(40000, 60000, 100)
+        base = random.choice(BASES)
         ports = Ports(base)
         if not any(procs.port_in_use(p) for p in [*ports.kafka_ports().values(), ports.prometheus]):
             return base
@@ -45,7 +51,10 @@ def test_unknown_override(no_processes_started: Path, free_base: int) -> None:
 
 def test_port_in_use(no_processes_started: Path, free_base: int) -> None:
     taken = Ports(free_base).controller(2)
+    leave_time_wait(taken)  # as an earlier server may have: no reason to think it in use
     with socket.socket() as squatter:
+        # As a server binds: a connection lingering in TIME_WAIT does not stop it listening.
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("127.0.0.1", taken))
         squatter.listen()
         cluster = LocalCluster(home=no_processes_started, port_base=free_base)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kmon.local import procs
+from tests.helpers import leave_time_wait
 
 
 @pytest.fixture
@@ -54,6 +55,15 @@ def test_port_in_use() -> None:
         server.listen()
         port = server.getsockname()[1]
         assert procs.port_in_use(port)
+    assert not procs.port_in_use(port)
+
+
+def test_a_port_in_time_wait_is_not_in_use() -> None:
+    """A restarted server may listen there (servers set SO_REUSEADDR): not a reason to refuse."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    leave_time_wait(port)
     assert not procs.port_in_use(port)
 
 
