@@ -46,7 +46,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -77,6 +77,16 @@ log = logging.getLogger("kmon.probes")
 ASSIGN_RETRY_S = 0.5
 
 ASSIGN, SUBSCRIBE = "assign", "subscribe"
+
+
+class CatchUp(NamedTuple):
+    """How a catch-up read went: ``reached`` when every key got to the end it had when the
+    read began; ``short`` the keys that did not (or whose end could not be looked up)."""
+
+    polls: int
+    reached: bool
+    short: list[int]
+    seconds: float
 
 
 class OpFailed(Exception):
@@ -749,42 +759,63 @@ class Process:
             return False
         return True
 
-    def catch_up(self, timeout: float, stop: Callable[[], bool]) -> int:
+    def catch_up(self, timeout: float, stop: Callable[[], bool]) -> CatchUp:
         """Assign every readable key and poll until each reaches the end known at the start.
 
-        Returns the number of poll ops it took.
+        Nothing short of the deadline (or ``stop``) ends it early: an end that cannot be
+        looked up, an assign or a poll that fails are tried again, since a key given up on
+        leaves its acknowledged values unread (``unseen``) though nothing was lost.
         """
+        began = time.monotonic()
+        deadline = began + timeout
         keys = self.keys.readable_keys()
-        deadline = time.monotonic() + timeout
-        if not keys or not self._assign_by(keys, deadline, stop):
-            return 0
-        ends: dict[int, int] = {}
-        for k in keys:
-            topic, partition = self.keys.topic_partition(k)
-            try:
-                lo, hi = self.consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=min(5.0, self.cfg.op_timeout),
-                    cached=False)
-                if hi > lo:  # else nothing to read
-                    ends[k] = hi
-            except (KafkaException, RuntimeError) as e:
-                self.wl.count_error(e)
+        if not keys:
+            return CatchUp(0, True, [], 0.0)
+        if not self._assign_by(keys, deadline, stop):
+            return CatchUp(0, False, sorted(keys), time.monotonic() - began)
+        ends, unknown = self._ends(keys, deadline, stop)
         # Where each key started (a key with nothing left to read never gets a position of its
         # own): the offsets the last assign op looked up (self.assign_starts).
-        polls = 0
-        while time.monotonic() < deadline and not stop() and self.consumer is not None:
-            reads = self.poll()
+        polls, short = 0, self._short_of(ends, self.assign_starts)
+        while short and time.monotonic() < deadline and not stop():
+            # The last poll's offset commit hung (info) and took the consumer: read on as a
+            # fresh process, from the committed offsets, whichever commit they hold.
+            if self.consumer is None and not self._assign_by(keys, deadline, stop):
+                break
             polls += 1
-            if reads is None:
-                break
-            if self.consumer is None:
-                # The poll's offset commit hung (info): read on as a fresh process, from
-                # the committed offsets, whichever commit they hold.
-                if not self._assign_by(keys, deadline, stop):
-                    break
-            elif self._reached(ends, self.assign_starts):
-                break
-        return polls
+            if self.poll() is None:
+                time.sleep(ASSIGN_RETRY_S)  # a failed poll is an info op: try again
+            elif self.consumer is not None:
+                short = self._short_of(ends, self.assign_starts)
+        return CatchUp(polls, not short and not unknown, sorted(short + unknown),
+                       time.monotonic() - began)
+
+    def _ends(self, keys: list[int], deadline: float,
+              stop: Callable[[], bool]) -> tuple[dict[int, int], list[int]]:
+        """Each key's log end (only keys with something to read), looked up until
+        ``deadline``; and the keys whose end could not be learned."""
+        consumer = self.consumer
+        assert consumer is not None  # just assigned
+        ends: dict[int, int] = {}
+        pending = list(keys)
+        while True:
+            failed = []
+            for k in pending:
+                topic, partition = self.keys.topic_partition(k)
+                try:
+                    lo, hi = consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition),
+                        timeout=min(5.0, self.cfg.op_timeout), cached=False)
+                except (KafkaException, RuntimeError) as e:
+                    self.wl.count_error(e)
+                    failed.append(k)
+                    continue
+                if hi > lo:  # else nothing to read
+                    ends[k] = hi
+            pending = failed
+            if not pending or stop() or time.monotonic() + ASSIGN_RETRY_S >= deadline:
+                return ends, pending
+            time.sleep(ASSIGN_RETRY_S)
 
     def _assign_by(self, keys: list[int], deadline: float, stop: Callable[[], bool]) -> bool:
         """Assign ``keys``, retrying until ``deadline``: just after a fault the group
@@ -797,15 +828,18 @@ class Process:
             time.sleep(ASSIGN_RETRY_S)
         return True
 
-    def _reached(self, ends: dict[int, int], start: dict[tuple[str, int], int]) -> bool:
+    def _short_of(self, ends: dict[int, int], start: dict[tuple[str, int], int]) -> list[int]:
+        """The keys whose position (or assigned start) is still below their end."""
+        if not ends or self.consumer is None:
+            return list(ends)
         tps = [TopicPartition(*self.keys.topic_partition(k)) for k in ends]
         try:
             positions = self.consumer.position(tps)
         except (KafkaException, RuntimeError):
-            return False
+            return list(ends)
         at = {(tp.topic, tp.partition): max(tp.offset, start.get((tp.topic, tp.partition), -1))
               for tp in positions}
-        return all(at.get(self.keys.topic_partition(k), -1) >= end for k, end in ends.items())
+        return [k for k, end in ends.items() if at.get(self.keys.topic_partition(k), -1) < end]
 
 
 def _reporter(reports: dict, i: int) -> Callable[[KafkaError | None, Any], None]:

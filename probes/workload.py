@@ -22,6 +22,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -33,7 +34,7 @@ from kmon.probes.coverage import Coverage
 from kmon.probes.keyspace import KeySpace
 from kmon.probes.metrics import ProbeMetrics
 from kmon.probes.outcome import error_name
-from kmon.probes.process import ASSIGN, SUBSCRIBE, Process
+from kmon.probes.process import ASSIGN, SUBSCRIBE, CatchUp, Process
 from kmon.probes.recorder import Emitter, Recorder
 from kmon.probes.share import ShareProcess, configure_group, run_share
 
@@ -91,6 +92,7 @@ class Workload:
         self.run_ops = 0
         self.stopped_at = 0.0
         self.abandoned = 0
+        self.final_read: CatchUp | None = None  # how the shutdown's final read went
         self.last_summary: dict[str, Any] = {}
         self._reported_stuck: set[tuple[int, int]] = set()
         # Clients whose call hung past every timeout: kept referenced, never closed.
@@ -302,12 +304,7 @@ class Workload:
             self.abandoned = self.recorder.complete_abandoned(
                 "probe shut down before the op completed")
         if cfg.final_read_timeout > 0:
-            reader = Process(cfg.processes, self, random.Random(self.rng.random()))
-            try:
-                reader.catch_up(cfg.final_read_timeout, lambda: False)
-            except Exception:
-                log.exception("final read failed")
-            reader.close_clients()
+            self.final_read = self._final_read()
         for proc, t in zip(self.processes, self.threads, strict=True):
             if not t.is_alive():
                 proc.close_clients()
@@ -319,6 +316,28 @@ class Workload:
         self.stopped_at = time.monotonic()
         self.last_summary = self.summary(undelivered)
         return self.last_summary
+
+    def _final_read(self) -> CatchUp | None:
+        """Read every key up to its end, as a fresh process of the assign group. A key left
+        short leaves its acknowledged values unread, which the checker must call ``unseen``:
+        the warning names the keys, so that such a verdict comes with its reason."""
+        reader = Process(self.cfg.processes, self, random.Random(self.rng.random()))
+        try:
+            done = reader.catch_up(self.cfg.final_read_timeout, lambda: False)
+        except Exception:
+            log.exception("final read failed")
+            return None
+        finally:
+            reader.close_clients()
+        if not done.reached:
+            log.warning("final read: %d keys not read to their end in %.1fs (%s): their "
+                        "acknowledged values may be reported unseen", len(done.short),
+                        done.seconds, self._key_names(done.short))
+        return done
+
+    def _key_names(self, keys: list[int], most: int = 8) -> str:
+        names = ["{}/{}".format(*self.keyspace.topic_partition(k)) for k in keys[:most]]
+        return ", ".join(names) + (f", ... ({len(keys)})" if len(keys) > most else "")
 
     def summary(self, undelivered: int = 0) -> dict[str, Any]:
         counts: Counter[str] = Counter(self.recorder.outcomes)
@@ -344,7 +363,17 @@ class Workload:
             "hung_clients": len(self.abandoned_clients),
             "topics_created": self.keyspace.created,
             "brokers": _brokers(self.keyspace.coverage),
+            "final_read": _final_read_summary(self.final_read, self._key_names),
         }
+
+
+def _final_read_summary(done: CatchUp | None,
+                        names: Callable[[list[int]], str]) -> dict[str, Any] | None:
+    """The final read for the summary (None: not run, or it raised)."""
+    if done is None:
+        return None
+    return {"reached": done.reached, "short": names(done.short), "polls": done.polls,
+            "seconds": round(done.seconds, 1)}
 
 
 def _brokers(cov: Coverage | None) -> dict[str, list[int]]:

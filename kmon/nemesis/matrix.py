@@ -80,6 +80,9 @@ class RowResult:
     seconds: float = 0.0
     history: Path | None = None
     error: str = ""  # the row could not run: why
+    # The probe's final read (its summary's): a key it left short leaves acknowledged values
+    # unread, which the checker calls unseen; None when it did not run.
+    final_read: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -110,6 +113,14 @@ def judge(s: Scenario, reported: dict[str, int], provoked: bool = True) -> tuple
     if s.any_of and not seen & set(s.any_of):
         return "FAIL", f"none of: {', '.join(s.any_of)}"
     return "pass", ""
+
+
+def short_read(r: RowResult) -> str:
+    """What the row's final read left unread ("" if it read everything)."""
+    done = r.final_read
+    if not done or done.get("reached", True):
+        return ""
+    return f"{done.get('short')} not read to the end in {done.get('seconds')}s"
 
 
 @dataclass
@@ -220,7 +231,7 @@ class Matrix:
             "topic_prefix": r.prefix,
             "events.topic": self.events_topic, "rate": str(st.rate),
             "processes": str(st.processes), "metrics.port": "0", "catchup_interval": "10",
-            "final_read_timeout": "20", **presets.get(s.preset).probe_settings(self.cluster)},
+            "final_read_timeout": "30", **presets.get(s.preset).probe_settings(self.cluster)},
             r.history)
         probe.start()
         r.probe = probe.probe_id
@@ -230,6 +241,7 @@ class Matrix:
         """Shut the row's probe down; raises ``ProbeDied`` if its process crashed."""
         summary = probe.shutdown()
         r.ops = summary["ops"]
+        r.final_read = summary.get("final_read")
         self._emitted += summary["events_emitted"]
         r.seconds = round(time.monotonic() - started, 1)
         log.info("row %s: probe summary %s", r.name, json.dumps(summary))
@@ -359,6 +371,8 @@ class Matrix:
                 r.detection_s = round(min(firsts) - r.fault_start, 1)
             provoked = not s.evidence or bool(r.fault_info.get("duplicated_in_log"))
             r.verdict, r.why = judge(s, r.reported, provoked)
+            if r.verdict == "FAIL" and r.reported.get(UNSEEN) and short_read(r):
+                r.why += f" (the probe's final read: {short_read(r)})"
             if r.error:
                 r.verdict, r.why = "FAIL", f"did not run: {r.error}"
             if offline and r.history is not None:

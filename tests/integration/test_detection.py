@@ -106,8 +106,10 @@ def test_safe_settings_under_faults_report_nothing(rows: dict[str, RowResult], n
     r = rows[name]
     assert r.ops > 100, "the probe barely ran"
     assert _types(r.reported) == set(), (
-        f"false alarm on {name}: {r.reported} (offline: {r.offline}; fault: {r.fault_info})")
-    assert _types(r.offline) == set(), f"kmon check finds {r.offline} in {name}'s history"
+        f"false alarm on {name}: {r.reported} (offline: {r.offline}; fault: {r.fault_info}; "
+        f"final read: {r.final_read})")
+    assert _types(r.offline) == set(), (
+        f"kmon check finds {r.offline} in {name}'s history (final read: {r.final_read})")
 
 
 def test_delete_records_ahead_of_consumers_is_a_lost_write(rows: dict[str, RowResult]) -> None:
@@ -178,7 +180,8 @@ def test_offsets_lost_in_an_unclean_election_are_reported_as_the_history_shows(
         # Commits lost in the election may only repeat offsets the survivor has (consumers
         # that read nothing new), or be overwritten before anyone looks them up.
         pytest.skip(f"no start fell on a lost commit in this run: {r.fault_info}")
-    assert _types(r.offline) <= {"offset-commit-reread", "offset-commit-lost"}, r.offline
+    assert _types(r.offline) <= {"offset-commit-reread", "offset-commit-lost"}, (
+        r.offline, r.final_read)
     assert r.verdict == "pass", r.why
 
 

@@ -178,6 +178,7 @@ def healthy(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory,
 def test_healthy_run_has_zero_anomalies(healthy: Run) -> None:
     ops, summary, _ = healthy
     assert summary["abandoned_ops"] == 0 and summary["events_dropped"] == 0
+    assert summary["final_read"]["reached"], summary["final_read"]
     assert_zero_anomalies(ops)
 
 

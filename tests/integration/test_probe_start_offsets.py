@@ -197,7 +197,7 @@ def test_a_catch_up_read_retries_an_assign_that_timed_out(
     monkeypatch.setattr(recorder, "complete", complete_then_commit)
     proc = Process(0, workload, random.Random(0))
     try:
-        polls = proc.catch_up(60.0, lambda: False)
+        done = proc.catch_up(60.0, lambda: False)
     finally:
         if commit.ident is not None:
             commit.join()
@@ -209,7 +209,7 @@ def test_a_catch_up_read_retries_an_assign_that_timed_out(
     assert commit.ident is not None, f"no assign timed out on the pending commit: {assigns}"
     assert assigns[0] == "info", "the first assign did not time out"
     assert assigns[-1] == "ok"
-    assert polls > 0
+    assert done.polls > 0 and done.reached, done
     read = [off for o in ops if o.f == "poll" and o.type == "ok"
             for k, rs in o.value[0][1].items() if str(k) == str(key) for off, _ in rs]
     assert read == list(range(20, 30))

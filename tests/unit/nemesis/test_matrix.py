@@ -11,7 +11,7 @@ from kmon.checker import check
 from kmon.checker.anomaly import SHARE_ANOMALY_TYPES
 from kmon.history.model import Op
 from kmon.nemesis import inject, presets
-from kmon.nemesis.matrix import Matrix, RowResult, forbidden_types, judge
+from kmon.nemesis.matrix import Matrix, RowResult, forbidden_types, judge, short_read
 from kmon.nemesis.probe_child import ProbeDied
 from kmon.nemesis.scenarios import BY_NAME, SCENARIOS, Scenario
 from kmon.probes import clients
@@ -46,6 +46,17 @@ def test_judge() -> None:
     d = BY_NAME["idempotence-off"]
     assert judge(d, {}, provoked=False)[0] == "not provoked"
     assert judge(d, {"G1a": 1}, provoked=False)[0] == "FAIL"  # a false alarm is never excused
+
+
+def test_a_final_read_that_fell_short_is_named() -> None:
+    """Unseen values on a safe row come with their likeliest reason when the probe's final
+    read did not get through: not a loss, a read the cluster did not serve in time."""
+    r = RowResult("offsets-unclean", "real", "safe", "", (), (), ())
+    assert short_read(r) == ""  # no final read recorded
+    r.final_read = {"reached": True, "short": "", "polls": 3, "seconds": 2.9}
+    assert short_read(r) == ""
+    r.final_read = {"reached": False, "short": "t.0/1", "polls": 40, "seconds": 30.0}
+    assert short_read(r) == "t.0/1 not read to the end in 30.0s"
 
 
 @pytest.mark.parametrize("name", sorted(p for p in presets.PRESETS))
