@@ -73,8 +73,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kmon.probes")
 
-# Pause between assign attempts of a catch-up read.
-ASSIGN_RETRY_S = 0.5
+# Pause between a catch-up read's attempts: assigns, log-end lookups and polls that failed.
+CATCH_UP_RETRY_S = 0.5
 
 ASSIGN, SUBSCRIBE = "assign", "subscribe"
 
@@ -784,7 +784,7 @@ class Process:
                 break
             polls += 1
             if self.poll() is None:
-                time.sleep(ASSIGN_RETRY_S)  # a failed poll is an info op: try again
+                time.sleep(CATCH_UP_RETRY_S)  # a failed poll is an info op: try again
             elif self.consumer is not None:
                 short = self._short_of(ends, self.assign_starts)
         return CatchUp(polls, not short and not unknown, sorted(short + unknown),
@@ -813,19 +813,19 @@ class Process:
                 if hi > lo:  # else nothing to read
                     ends[k] = hi
             pending = failed
-            if not pending or stop() or time.monotonic() + ASSIGN_RETRY_S >= deadline:
+            if not pending or stop() or time.monotonic() + CATCH_UP_RETRY_S >= deadline:
                 return ends, pending
-            time.sleep(ASSIGN_RETRY_S)
+            time.sleep(CATCH_UP_RETRY_S)
 
     def _assign_by(self, keys: list[int], deadline: float, stop: Callable[[], bool]) -> bool:
         """Assign ``keys``, retrying until ``deadline``: just after a fault the group
         coordinator may not answer the committed-offset lookup in time (CI saw the final read
         of a leader-pause run give up on one timeout, leaving 29 acked values unread)."""
         while not self.assign(keys):
-            if stop() or time.monotonic() + ASSIGN_RETRY_S >= deadline:
+            if stop() or time.monotonic() + CATCH_UP_RETRY_S >= deadline:
                 log.warning("catch-up read skipped: no assign succeeded in time")
                 return False
-            time.sleep(ASSIGN_RETRY_S)
+            time.sleep(CATCH_UP_RETRY_S)
         return True
 
     def _short_of(self, ends: dict[int, int], start: dict[tuple[str, int], int]) -> list[int]:
