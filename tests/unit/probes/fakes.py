@@ -31,6 +31,36 @@ class OneTopicKeys:
         return [0, 1] if TOPIC in topics else []
 
 
+class FakeMessage:
+    """A record of ``TOPIC`` as a consumer returns it (``value`` as the probe encodes it)."""
+
+    def __init__(self, partition: int, offset: int, value: int, delivery_count: int = 1,
+                 epoch: int = 0) -> None:
+        self._p, self._o, self._v = partition, offset, value
+        self._count, self._epoch = delivery_count, epoch
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return TOPIC
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def value(self) -> bytes:
+        return str(self._v).encode()
+
+    def delivery_count(self) -> int:
+        return self._count
+
+    def leader_epoch(self) -> int:
+        return self._epoch
+
+
 def fake_process(**overrides: str) -> tuple[Any, io.StringIO]:
     """A probe ``Process`` on a stand-in workload (keys: ``OneTopicKeys``), recording its
     history into the returned StringIO; ``overrides`` are probe settings."""

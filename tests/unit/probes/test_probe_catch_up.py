@@ -11,33 +11,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kmon.history import Op, iter_jsonl
-from kmon.probes.process import encode_value
-from tests.unit.probes.fakes import TOPIC, fake_process
+from tests.unit.probes.fakes import FakeMessage, fake_process
 
 LOG = {0: [100, 101], 1: [200, 201, 202, 203, 204]}  # partition -> values at 0, 1, ...
-
-
-class Message:
-    def __init__(self, partition: int, offset: int) -> None:
-        self._partition, self._offset = partition, offset
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return TOPIC
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes:
-        return encode_value(LOG[self._partition][self._offset])
-
-    def leader_epoch(self) -> int:
-        return 0
 
 
 def _unavailable() -> KafkaException:
@@ -66,14 +42,14 @@ class SettlingConsumer:
             raise _unavailable()
         return 0, len(LOG[tp.partition])
 
-    def consume(self, n: int, timeout: float) -> list[Message]:
+    def consume(self, n: int, timeout: float) -> list[FakeMessage]:
         if self.poll_failures > 0:
             self.poll_failures -= 1
             raise _unavailable()
         out = []
         for p, at in self.at.items():
             if at < len(LOG[p]) and len(out) < n:
-                out.append(Message(p, at))
+                out.append(FakeMessage(p, at, LOG[p][at]))
                 self.at[p] = at + 1
         return out
 

@@ -19,33 +19,12 @@ from kmon.probes import config
 from kmon.probes import share as S
 from kmon.probes.metrics import ProbeMetrics
 from kmon.probes.recorder import Recorder
-from tests.unit.probes.fakes import TOPIC, OneTopicKeys
+from tests.unit.probes.fakes import TOPIC, FakeMessage, OneTopicKeys
 
 
-class Msg:
-    def __init__(self, partition: int, offset: int, value: int, count: int) -> None:
-        self._p, self._o, self._v, self._c = partition, offset, value, count
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return TOPIC
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def value(self) -> bytes:
-        return str(self._v).encode()
-
-    def delivery_count(self) -> int:
-        return self._c
-
-    def leader_epoch(self) -> int:
-        return 3
+def msg(partition: int, offset: int, value: int, count: int) -> FakeMessage:
+    """A share consumer's record, delivered ``count`` times (leader epoch 3)."""
+    return FakeMessage(partition, offset, value, count, epoch=3)
 
 
 class FakeShareConsumer:
@@ -65,7 +44,7 @@ class FakeShareConsumer:
             raise self.batch
         return list(self.batch)
 
-    def acknowledge(self, m: Msg, ack_type: Any) -> None:
+    def acknowledge(self, m: FakeMessage, ack_type: Any) -> None:
         lines = len(self.history.getvalue().splitlines())
         self.acked.append((m.partition(), m.offset(), ack_type, lines))
 
@@ -102,7 +81,7 @@ def ops(history: io.StringIO) -> list[Op]:
 
 
 def test_a_poll_lists_every_key_with_its_records_and_counts() -> None:
-    batch = [Msg(0, 4, 40, 1), Msg(0, 5, 50, 2)]
+    batch = [msg(0, 4, 40, 1), msg(0, 5, 50, 2)]
     proc, history = share_process(lambda h: FakeShareConsumer(h, batch))
     proc.step()
     poll_invoke, poll_ok, ack_invoke, ack_ok = ops(history)
@@ -119,7 +98,7 @@ def test_a_poll_lists_every_key_with_its_records_and_counts() -> None:
 def test_an_ack_is_invoked_before_the_client_is_told() -> None:
     """librdkafka may send acknowledgements with its next fetch: the op must already be in
     the history when acknowledge() is called."""
-    proc, history = share_process(lambda h: FakeShareConsumer(h, [Msg(1, 7, 70, 1)]))
+    proc, history = share_process(lambda h: FakeShareConsumer(h, [msg(1, 7, 70, 1)]))
     proc.step()
     (_, _, ack_type, lines_then), = proc.consumer.acked  # type: ignore[union-attr]
     assert lines_then == 3  # the poll's invoke and completion, and the ack's invoke
@@ -128,7 +107,7 @@ def test_an_ack_is_invoked_before_the_client_is_told() -> None:
 
 
 def test_outcomes_follow_the_configured_shares() -> None:
-    batch = [Msg(0, n, n, 1) for n in range(200)]
+    batch = [msg(0, n, n, 1) for n in range(200)]
     proc, history = share_process(lambda h: FakeShareConsumer(h, batch),
                                   **{"share.release_share": "0.25", "share.reject_share": "0.25"})
     proc.step()
@@ -139,7 +118,7 @@ def test_outcomes_follow_the_configured_shares() -> None:
 
 
 def test_a_partition_refused_makes_the_ack_info_and_keeps_the_consumer() -> None:
-    batch = [Msg(0, 1, 10, 1), Msg(1, 2, 20, 1)]
+    batch = [msg(0, 1, 10, 1), msg(1, 2, 20, 1)]
     proc, history = share_process(
         lambda h: FakeShareConsumer(h, batch, errors={1: KafkaError.INVALID_RECORD_STATE}))
     consumer, pid = proc.consumer, proc.pid
@@ -151,7 +130,7 @@ def test_a_partition_refused_makes_the_ack_info_and_keeps_the_consumer() -> None
 
 def test_a_commit_that_raises_is_info() -> None:
     proc, history = share_process(lambda h: FakeShareConsumer(
-        h, [Msg(0, 1, 10, 1)], errors=KafkaException(KafkaError(KafkaError._TRANSPORT))))
+        h, [msg(0, 1, 10, 1)], errors=KafkaException(KafkaError(KafkaError._TRANSPORT))))
     proc.step()
     assert ops(history)[3].type == "info"
 
