@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -25,12 +25,13 @@ def proxy(kafka_proxy: Any) -> Iterator[Any]:  # noqa: F811
     kafka_proxy.reset()
 
 
-def _topic(cluster: Any) -> str:
+def _topic(cluster: Any, partitions: int = 1) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"kp-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=3)])[name].result(60)
+    admin.create_topics([NewTopic(name, num_partitions=partitions,
+                                  replication_factor=3)])[name].result(60)
     return name
 
 
@@ -52,13 +53,14 @@ def _produce(bootstrap: str, topic: str, values: range) -> list[tuple[int, str]]
     return acks
 
 
-def _read(bootstrap: str, topic: str, until_offset: int) -> list[tuple[int, str]]:
+def _read(bootstrap: str, topic: str, until_offset: int,
+          partition: int = 0) -> list[tuple[int, str]]:
     """Every (offset, value) a read_committed consumer gets, up to ``until_offset``."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
                   "enable.auto.commit": False, "isolation.level": "read_committed"})
-    c.assign([TopicPartition(topic, 0, 0)])
+    c.assign([TopicPartition(topic, partition, 0)])
     got: list[tuple[int, str]] = []
     deadline = time.monotonic() + 60
     try:
@@ -69,6 +71,42 @@ def _read(bootstrap: str, topic: str, until_offset: int) -> list[tuple[int, str]
         return got
     finally:
         c.close()
+
+
+def _last_value_offset(bootstrap: str, topic: str, partition: int) -> int:
+    """The offset of a transactional partition's last value: its commit marker is the last."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex})
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        return high - 2
+    finally:
+        c.close()
+
+
+class _Write(NamedTuple):
+    partition: int
+    offset: int  # as acknowledged
+    value: str
+
+
+def _transactions(producer: Any, topic: str, first: int, count: int) -> list[_Write]:
+    """``count`` committed transactions, each writing partition 0 and then partition 1, in a
+    produce request each (only the second write of a transaction may be torn)."""
+    writes: list[_Write] = []
+
+    def report(err: Any, msg: Any) -> None:
+        assert err is None, err
+        writes.append(_Write(msg.partition(), msg.offset(), msg.value().decode()))
+
+    for n in range(first, first + count):
+        producer.begin_transaction()
+        for p in (0, 1):
+            producer.produce(topic, f"{n}/{p}".encode(), partition=p, on_delivery=report)
+            assert producer.flush(60) == 0
+        producer.commit_transaction(60)
+    return writes
 
 
 def _listening(ports: set[int]) -> list[str]:
@@ -127,3 +165,34 @@ def test_duplicates_are_stored_twice_and_later_sends_still_go_through(
     stored = [v for _, v in _read(local_cluster.bootstrap, topic, 7)]
     assert stored == ["0", "0", "1", "1", "2", "3", "4", "5"], stored
     assert [v for _, v in acks] == [str(v) for v in range(6)]  # the client saw no error
+
+
+def test_torn_transactions_acknowledge_each_torn_write_at_a_marker_of_its_own(
+        proxy: Any, local_cluster: Any) -> None:
+    """A torn write is acknowledged at the partition's last transaction marker, which holds no
+    value; a second one there would put two values at one offset (inconsistent-offsets, which
+    the torn-transaction row forbids), so the marker serves one tear until readers pass a newer
+    one."""
+    from confluent_kafka import Producer
+
+    topic = _topic(local_cluster, partitions=2)
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0,
+                         "transactional.id": f"kp-txn-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(60)
+    first = _transactions(producer, topic, 0, 1)
+    assert _read(proxy.bootstrap, topic, first[-1].offset, partition=1)  # the proxy sees a marker
+    proxy.activate("torn-transaction", prefix=topic, rate=1.0, max_count=10, seconds=60)
+    writes = _transactions(producer, topic, 1, 3)
+    _read(proxy.bootstrap, topic, _last_value_offset(local_cluster.bootstrap, topic, 1),
+          partition=1)  # readers pass the newer markers
+    writes += _transactions(producer, topic, 4, 1)
+    producer.flush(60)
+
+    stored = {v for _, v in _read(local_cluster.bootstrap, topic,
+                                  _last_value_offset(local_cluster.bootstrap, topic, 1),
+                                  partition=1)}
+    torn = [w for w in writes if w.partition == 1 and w.value not in stored]
+    assert [w.value for w in torn] == ["1/1", "4/1"], (torn, stored)  # one tear per marker
+    offsets = [w.offset for w in first + writes if w.partition == 1]
+    assert len(set(offsets)) == len(offsets), offsets  # one value per acknowledged offset
+    assert all(w.partition == 1 for w in torn)

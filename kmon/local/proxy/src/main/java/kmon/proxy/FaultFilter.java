@@ -130,7 +130,8 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
      * at most one per transaction, and only when another write of it is forwarded (earlier, or
      * in this request), so that the transaction is torn (KAFKA-17754), not wholly lost. A tear
      * of every write, in requests to different brokers, left nothing of the transaction to read
-     * (CI, 2026-11-27: four lost writes and no torn transaction).
+     * (CI, 2026-11-27: four lost writes and no torn transaction). A partition's marker is
+     * claimed by one torn write only: until readers pass a newer one, its writes go through.
      */
     private static List<Torn> tear(ProduceRequestData request) {
         Activation a = Faults.get(Faults.TORN_TRANSACTION);
@@ -146,8 +147,10 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
             TopicProduceData t = ti.next();
             for (Iterator<PartitionProduceData> pi = t.partitionData().iterator(); pi.hasNext();) {
                 PartitionProduceData p = pi.next();
-                Long marker = Filtering.lastMarker(Filtering.tp(t.name(), p.index()));
-                if (mayTear && out.isEmpty() && marker != null && a.draw(t.name())) {
+                String tp = Filtering.tp(t.name(), p.index());
+                Long marker = Filtering.lastMarker(tp);
+                if (mayTear && out.isEmpty() && marker != null && Filtering.unclaimed(tp, marker)
+                        && a.draw(t.name()) && Filtering.claim(tp, marker)) {
                     MemoryRecords r = (MemoryRecords) p.records();
                     Sequences.add(Sequences.key(Batches.producerId(r), Batches.producerEpoch(r),
                             t.name(), p.index()), Batches.recordCount(r));

@@ -9,7 +9,9 @@ import java.util.concurrent.CopyOnWriteArrayList;
  * Per partition: the batches hidden from every fetch answer, the highest offset any answer has
  * carried (a batch is hidden only when first seen, so no reader ever got it), and the offset of
  * the last transaction marker seen (where a torn write's fake acknowledgement points: an offset
- * readers pass that holds no value).
+ * readers pass that holds no value) and the last marker a torn write was acknowledged at (one
+ * torn write per marker: two acknowledged at one offset are two values there, which is
+ * inconsistent-offsets, not a torn transaction; CI, 2026-11-28).
  */
 final class Filtering {
     record Range(long first, long last) {
@@ -18,6 +20,7 @@ final class Filtering {
     private static final Map<String, List<Range>> HIDDEN = new ConcurrentHashMap<>();
     private static final Map<String, Long> SEEN = new ConcurrentHashMap<>();
     private static final Map<String, Long> MARKER = new ConcurrentHashMap<>();
+    private static final Map<String, Long> CLAIMED = new ConcurrentHashMap<>();
 
     private Filtering() {
     }
@@ -40,6 +43,21 @@ final class Filtering {
 
     static Long lastMarker(String tp) {
         return MARKER.get(tp);
+    }
+
+    /** Whether no torn write has been acknowledged at ``marker`` (or a later one) yet. */
+    static boolean unclaimed(String tp, long marker) {
+        return CLAIMED.getOrDefault(tp, -1L) < marker;
+    }
+
+    /** Claims ``marker`` for one torn write; false if another write claimed it first. */
+    static boolean claim(String tp, long marker) {
+        boolean[] won = {false};
+        CLAIMED.compute(tp, (k, before) -> {
+            won[0] = before == null || before < marker;
+            return won[0] ? marker : before;
+        });
+        return won[0];
     }
 
     static void hide(String tp, long first, long last) {
