@@ -215,10 +215,10 @@ SCENARIOS: tuple[Scenario, ...] = (
                         "writes visible, one never. The proxy acknowledges one partition's "
                         "produce in 30% of transactional requests (at most 4: a transaction "
                         "that wrote one value, or failed to commit, tears nothing) at the "
-                        "offset of "
-                        "that partition's last transaction marker (passed by readers, no value "
-                        "there) and never forwards it; the client commits. Later sequence "
-                        "numbers are moved back so the broker does not refuse the gap"),
+                        "offset of that partition's last transaction marker (passed by "
+                        "readers, no value there; each marker once) and never forwards it; the "
+                        "client commits. Later sequence numbers are moved back so the broker "
+                        "does not refuse the gap"),
     Scenario("aborted-read", "kafka-proxied-aborts",
              lambda c, p, prefix: _proxy_fault(c, "aborted-read", prefix, 1.0, 0),
              duration=10.0, must=("G1a",), origin="proxy",
