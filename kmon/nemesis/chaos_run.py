@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from kmon.local.ports import BROKER_IDS, SPARK_WORKER_IDS
 from kmon.local.spark_standalone import SparkStandalone
-from kmon.nemesis import presets
+from kmon.nemesis import deposed_coordinator, kafka17754, presets
 from kmon.nemesis.chaos import ChaosSettings, Step, StepRecord, plan, write_schedule
-from kmon.nemesis.kafka17754 import Explained, explain
+from kmon.nemesis.kafka17754 import Explained
 from kmon.nemesis.matrix import MONITOR_TIMING, OFFLINE_ONLY, counts_of, read_topic
 from kmon.nemesis.probe_child import ProbeChild, ProbeDied
 from kmon.nemesis.scenarios import KAFKA_NORMAL
@@ -210,8 +210,9 @@ class ChaosResult:
     # probe id -> op events the events topic held twice (its producer's resends under broker
     # failovers); the monitor folds each op once
     event_copies: dict[str, int] = field(default_factory=dict)
-    # probe id -> a known upstream bug's trails that explain some of a safe probe's losses
-    # (kmon.nemesis.kafka17754): reported by both sides, and no false alarm
+    # probe id -> known upstream behaviours' trails that explain some of a safe probe's
+    # anomalies (kmon.nemesis.kafka17754, deposed_coordinator): reported by both sides, and no
+    # false alarm
     known_bugs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
@@ -597,7 +598,7 @@ def judge(chaos: Chaos, ops: dict[str, list[Any]], reported: dict[str, dict[str,
             report = check(history, CheckConfig(isolation="read_committed"))
             offline[pid] = counts_of(report)
             if slot.role in SAFE_ROLES and _serious(offline[pid]):
-                explained[pid] = explain(history, report.errors, chaos.data_dirs())
+                explained[pid] = explain_known(history, report.errors, chaos.data_dirs())
         failures += _judge_slot(slot, reported, offline, explained)
     failures += [f"crashed: {c}" for c in crashes]
     failures += [f"not accounted for: {u}" for u in unaccounted]
@@ -614,6 +615,20 @@ def judge(chaos: Chaos, ops: dict[str, list[Any]], reported: dict[str, dict[str,
         killed=[k for s in chaos.slots.values() for k in s.killed],
         blind_s=round(chaos.watch.worst, 1), failures=failures,
         known_bugs={p: e.trails for p, e in explained.items() if e.trails})
+
+
+def explain_known(history: list[Any], errors: dict[str, list[dict[str, Any]]],
+                  data_dirs: list[Path]) -> Explained:
+    """What of a safe probe's anomalies a known upstream behaviour explains, each proven by
+    its trail in the brokers' data or logs: KAFKA-17754 (losses) and a deposed group
+    coordinator's stale offsets (rereads)."""
+    counts: dict[str, int] = {}
+    trails: list[dict[str, Any]] = []
+    for known in (kafka17754.explain(history, errors, data_dirs),
+                  deposed_coordinator.explain(history, errors, data_dirs)):
+        counts.update(known.counts)  # each explains its own anomaly types
+        trails += known.trails
+    return Explained(counts, trails)
 
 
 def _judge_slot(slot: ProbeSlot, reported: dict[str, dict[str, int]],
