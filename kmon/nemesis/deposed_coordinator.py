@@ -27,6 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from kmon.checker.anomaly import OFFSET_COMMIT_REREAD
+from kmon.local.kafka_config import read_properties
 from kmon.nemesis.kafka17754 import Explained
 
 ISSUE = "deposed group coordinator (stale OffsetFetch)"
@@ -103,10 +105,9 @@ def broker_logs(data_dirs: list[Path]) -> tuple[list[str], int]:
         if log.exists():
             lines += log.read_text(errors="replace").splitlines()
         props = d.parent / "server.properties"
-        if props.exists():
-            for line in props.read_text().splitlines():
-                if line.startswith("offsets.topic.num.partitions="):
-                    partitions = int(line.split("=", 1)[1])
+        if props.is_file():
+            partitions = int(read_properties(props).get("offsets.topic.num.partitions",
+                                                        partitions))
     return lines, partitions
 
 
@@ -114,7 +115,7 @@ def explain(ops: list[Any], errors: dict[str, list[dict[str, Any]]],
             data_dirs: list[Path]) -> Explained:
     """Check each ``offset-commit-reread`` record of ``kmon check``'s ``errors`` on ``ops`` (a
     probe's history) against the broker logs beside ``data_dirs``."""
-    records = errors.get("offset-commit-reread", [])
+    records = errors.get(OFFSET_COMMIT_REREAD, [])
     if not records:
         return Explained({}, [])
     lines, partitions = broker_logs(data_dirs)
@@ -136,7 +137,7 @@ def explain_with(ops: list[Any], records: list[dict[str, Any]], found: list[Wind
                            "partition": f"__consumer_offsets-{w.partition}", "epoch": w.epoch,
                            "old-coordinator": w.old, "new-coordinator": w.new,
                            "window": [w.start, w.end]})
-    return Explained({"offset-commit-reread": len(trails)} if trails else {}, trails)
+    return Explained({OFFSET_COMMIT_REREAD: len(trails)} if trails else {}, trails)
 
 
 def _window_of(found: list[Window], partition: int, writer: Any,
