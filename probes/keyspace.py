@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from kmon import kafka_admin
 from kmon.probes import coverage as COV
 from kmon.probes import values as V
 from kmon.probes.config import ProbeConfig
@@ -329,7 +330,7 @@ class KeySpace:
                     doomed.append(t.name)
         for name in doomed:
             try:
-                self.admin.delete_topics([name], request_timeout=10)[name].result(15)
+                kafka_admin.delete_topics(self.admin, [name], timeout=10)
             except Exception as e:
                 log.warning("deleting drained probe topic %s failed: %s", name, e)
                 continue

@@ -45,7 +45,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from kmon import env
+from kmon import env, kafka_admin
 from kmon.env import SettingError
 from kmon.local import procs
 from kmon.local.artifacts import installed_kafka
@@ -518,8 +518,7 @@ class LocalCluster:
                        if t.startswith(prefix) and not t.startswith("__") and t not in kept)
         if names:
             with self._any_admin() as admin:
-                for f in admin.delete_topics(names, operation_timeout=timeout).values():
-                    f.result(timeout)
+                kafka_admin.delete_topics(admin, names, timeout)
             # The controller answers once it has deleted them, and each broker learns it from
             # the metadata log a moment later: until then its Metadata answer still lists them.
             _wait_for(lambda: not self._listed_by_some_broker(names), timeout,

@@ -30,6 +30,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from kmon import kafka_admin
 from kmon.dashboards import rules
 from kmon.dashboards.rules import RuleConfig
 from kmon.local.cluster import LocalCluster
@@ -110,10 +111,8 @@ def _leaders(cluster: LocalCluster, topics: set[str]) -> set[int]:
 
 
 def _delete(cluster: LocalCluster, topics: set[str]) -> None:
-    if topics:
-        with cluster.admin() as admin:
-            for fut in admin.delete_topics(sorted(topics), request_timeout=30).values():
-                fut.result(40)
+    with cluster.admin() as admin:
+        kafka_admin.delete_topics(admin, topics, timeout=30)
 
 
 @pytest.fixture

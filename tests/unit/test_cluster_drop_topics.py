@@ -43,7 +43,7 @@ class LaggingBrokers:
                     listed |= brokers.deleted
                 return SimpleNamespace(topics=dict.fromkeys(listed))
 
-            def delete_topics(self, names: list[str], operation_timeout: float = 0) -> Any:
+            def delete_topics(self, names: list[str], request_timeout: float = 0) -> Any:
                 brokers.topics -= set(names)
                 brokers.deleted |= set(names)
                 done: Future[None] = Future()

@@ -13,11 +13,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kmon.probes import coverage as COV
 from kmon.probes.config import load
-from kmon.probes.keyspace import DRAINING, LIVE, KeySpace
+from kmon.probes.keyspace import DRAINING, DROPPED, LIVE, KeySpace
 
 
 def _done(value: Any = None) -> Future:
@@ -43,6 +43,10 @@ class FakeAdmin:
         self.topics: dict[str, dict[int, FakePartition]] = {}
         self.creates: list[str] = []  # every create_topics call, by name
         self.elections: list[tuple[str, int]] = []
+        self.deletes: list[str] = []  # every topic a delete_topics call named
+        # Deleted by an attempt whose answer was lost (the controller lost its leadership
+        # meanwhile): the client's retry is answered UNKNOWN_TOPIC_OR_PART.
+        self.answer_gone: set[str] = set()
 
     def add(self, name: str, assignment: list[list[int]]) -> None:
         self.topics[name] = {i: FakePartition(i, list(r), r[0], list(r))
@@ -65,6 +69,17 @@ class FakeAdmin:
              for j in range(t.replication_factor)] for i in range(t.num_partitions)]
         self.add(t.topic, plan)
         return {t.topic: _done()}
+
+    def delete_topics(self, names: list[str], request_timeout: float = 0) -> dict[str, Future]:
+        out: dict[str, Future] = {}
+        for n in names:
+            self.deletes.append(n)
+            self.topics.pop(n, None)
+            out[n] = _done()
+            if n in self.answer_gone:
+                out[n] = Future()
+                out[n].set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+        return out
 
     def list_offsets(self, query: dict, request_timeout: float = 0) -> dict:
         return {tp: _done(SimpleNamespace(offset=self.topics[tp.topic][tp.partition].end))
@@ -194,3 +209,19 @@ def test_fixed_topics_are_measured_not_remedied() -> None:
     _refresh(ks, 5)
     assert ks.coverage == COV.Coverage(frozenset({1, 2, 3}), frozenset({1}))
     assert admin.creates == [] and admin.elections == []
+
+
+def test_a_drained_topic_whose_deletion_answers_unknown_topic_is_deleted() -> None:
+    """A DeleteTopics retried after a controller election is answered UNKNOWN_TOPIC_OR_PART for
+    the topic its first attempt removed: the probe counts the topic deleted, and neither keeps
+    it nor asks again at every maintenance."""
+    admin = FakeAdmin(range(1, 4))
+    ks = KeySpace(_cfg(), admin)
+    ks.start()
+    doomed = sorted(ks.topics)[0]
+    ks.topics[doomed].stage, ks.topics[doomed].retired_at = DROPPED, -1e9
+    admin.answer_gone.add(doomed)
+    ks.maintain(grace=0)
+    ks.maintain(grace=0)
+    assert doomed not in ks.topics
+    assert admin.deletes == [doomed]
