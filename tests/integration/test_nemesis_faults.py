@@ -22,6 +22,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from kmon import kafka_admin
 from kmon.local.cluster import LocalCluster
 from kmon.nemesis import Crash, DeleteRecords, Pause, Target, UncleanElection, health, segments
 from kmon.nemesis.fixtures import nemesis, toxiproxy  # noqa: F401  (pytest fixtures)
@@ -183,7 +184,7 @@ def test_delete_records_rounds_that_fail_leave_no_client_for_the_garbage_collect
     fault = DeleteRecords(local_cluster, topic=topic, partitions=[0], interval=0.3)
     with nemesis.active(fault) as record:
         with local_cluster.admin() as admin:
-            admin.delete_topics([topic])[topic].result(30)
+            kafka_admin.delete_topics(admin, [topic], timeout=30)
         deadline = time.monotonic() + 20
         while not any("deletion failed" in m.what for m in record.marks):
             assert time.monotonic() < deadline, "no round failed on the deleted topic"
