@@ -7,6 +7,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from kmon.probes.outcome import kafka_error
+
 
 def delete_topics(admin: Any, names: Iterable[str], timeout: float) -> None:
     """Delete ``names`` and wait for the answers. A topic the cluster no longer knows counts as
@@ -22,7 +24,6 @@ def delete_topics(admin: Any, names: Iterable[str], timeout: float) -> None:
         try:
             fut.result(timeout + 10)
         except KafkaException as e:
-            err = e.args[0] if e.args else None
-            if not (isinstance(err, KafkaError)
-                    and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            err = kafka_error(e)
+            if err is None or err.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise

@@ -212,6 +212,8 @@ def _log_end(consumer: Any, tp: Any, deadline: float) -> int:
     is created, or while leadership moves, a broker answers NOT_LEADER_FOR_PARTITION."""
     from confluent_kafka import KafkaError, KafkaException
 
+    from kmon.probes.outcome import kafka_error
+
     # KafkaError.retriable() is False for plain error codes: name the transient ones. A
     # broker killed while the monitor starts answers _DESTROY_BROKER or _ALL_BROKERS_DOWN
     # (kmon nemesis chaos once killed a monitor at start that way).
@@ -224,8 +226,8 @@ def _log_end(consumer: Any, tp: Any, deadline: float) -> int:
             return int(consumer.get_watermark_offsets(
                 tp, timeout=max(1.0, deadline - time.monotonic()))[1])
         except KafkaException as e:
-            err = e.args[0] if e.args else None
-            code = err.code() if isinstance(err, KafkaError) else None
+            err = kafka_error(e)
+            code = err.code() if err is not None else None
             if code not in transient or time.monotonic() + 0.5 > deadline:
                 raise
             log.info("end offset of %s[%d]: %s; retrying", tp.topic, tp.partition, err)
