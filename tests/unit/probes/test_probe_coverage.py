@@ -26,6 +26,12 @@ def _done(value: Any = None) -> Future:
     return f
 
 
+def _gone() -> Future:
+    f: Future = Future()
+    f.set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+    return f
+
+
 @dataclass
 class FakePartition:
     id: int
@@ -71,15 +77,10 @@ class FakeAdmin:
         return {t.topic: _done()}
 
     def delete_topics(self, names: list[str], request_timeout: float = 0) -> dict[str, Future]:
-        out: dict[str, Future] = {}
+        self.deletes += names
         for n in names:
-            self.deletes.append(n)
             self.topics.pop(n, None)
-            out[n] = _done()
-            if n in self.answer_gone:
-                out[n] = Future()
-                out[n].set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
-        return out
+        return {n: _gone() if n in self.answer_gone else _done() for n in names}
 
     def list_offsets(self, query: dict, request_timeout: float = 0) -> dict:
         return {tp: _done(SimpleNamespace(offset=self.topics[tp.topic][tp.partition].end))
