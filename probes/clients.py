@@ -248,6 +248,10 @@ class Hung(Exception):
     can ignore its timeout while a coordinator is down)."""
 
 
+# What a ``Hung`` says, and so an op's error after one: read back by history checks.
+HUNG_TEXT = "did not return within"
+
+
 def bounded(fn: Callable[..., Any], *args: Any, timeout: float, name: str,
             late: Callable[[], None] | None = None) -> Any:
     """``fn(*args)`` in a helper thread; raises ``Hung`` if it has not returned in ``timeout``.
@@ -277,7 +281,7 @@ def bounded(fn: Callable[..., Any], *args: Any, timeout: float, name: str,
     with lock:  # decides, once, between the call's result and Hung (and so ``late``)
         if "done" not in box:
             box["abandoned"] = True
-            raise Hung(f"{name} did not return within {timeout:g}s")
+            raise Hung(f"{name} {HUNG_TEXT} {timeout:g}s")
     if "error" in box:
         raise box["error"]
     return box.get("value")

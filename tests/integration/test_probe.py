@@ -35,6 +35,7 @@ from kmon.history.model import is_clock_tick
 from kmon.local.cluster import LocalCluster
 from kmon.nemesis.probe_child import ProbeChild
 from kmon.probes import values as V
+from kmon.probes.clients import HUNG_TEXT
 
 # Shares turned up from the defaults so one short run sees every kind of op many times.
 BUSY = {
@@ -88,9 +89,9 @@ def _returned_commit(op: Op) -> bool:
     """An offset commit whose call returned: ``info`` when refused (a first attempt librdkafka
     retried may have been stored), yet nothing of it is in flight, so its process keeps its id
     (docs/probes.md; the checker bounds its effect by INDOUBT_NS). Only a commit still running
-    at ``op_timeout`` (probes.clients.Hung) retires its process."""
+    at ``op_timeout`` (``Hung``) retires its process."""
     error = op.meta.error if op.meta is not None else None
-    return op.f == "commit" and "did not return within" not in (error or "")
+    return op.f == "commit" and HUNG_TEXT not in (error or "")
 
 
 def contract_violations(ops: list[Op]) -> list[str]:
