@@ -90,6 +90,19 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         pairs_with=("proxy-aborted-read",),
     ),
     Preset(
+        "kafka-proxied-restarts",
+        "consumers behind the Kafka protocol proxy that start over often: what a broker "
+        "that loses offset commits exposes",
+        settings={
+            # A lost commit shows only when a consumer starts from the group's offsets while
+            # it is lost. At the default (200) a 6 s fault saw no start in one CI run of
+            # 2026-11-29; at 15 the matrix's 30 ops/s switch about twice a second.
+            "mode_switch_ops": "15",
+        },
+        kafka_proxied=True,
+        pairs_with=("proxy-lost-offset-commit",),
+    ),
+    Preset(
         "idempotence-off",
         "retries without idempotence, behind the proxies: a produce whose answer is lost "
         "(net-timeout) is sent again and may be appended twice",

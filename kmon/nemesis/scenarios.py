@@ -237,7 +237,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                         "records of aborted transactions read by read_committed consumers). The "
                         "proxy sends every read_committed fetch as read_uncommitted while many "
                         "transactions abort"),
-    Scenario("lost-offset-commit", "kafka-proxied",
+    Scenario("lost-offset-commit", "kafka-proxied-restarts",
              lambda c, p, prefix: _proxy_fault(c, "lost-offset-commit", prefix, 1.0, 0),
              # A group whose first commits were all dropped has none: `lost`, not `reread`.
              duration=10.0, any_of=("offset-commit-reread", "offset-commit-lost"),
@@ -251,7 +251,9 @@ SCENARIOS: tuple[Scenario, ...] = (
                         f"({OFFSET_TRACKING})). The proxy answers every offset commit of the "
                         "probe's groups for 6-10 s with success and forwards none: the "
                         "coordinator keeps the older offsets, and consumers assigned the "
-                        "partitions start there"),
+                        "partitions start there (the probe's consumers switch between "
+                        "assign and subscribe about twice a second, so some start while "
+                        "the commits are lost)"),
     Scenario("duplicated-produce", "kafka-proxied",
              lambda c, p, prefix: _proxy_fault(c, "duplicate", prefix, 0.3, 5),
              duration=10.0, must=("duplicate",), origin="proxy",

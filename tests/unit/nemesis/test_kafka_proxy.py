@@ -95,6 +95,19 @@ def test_kafka_proxied_presets_bootstrap_through_the_proxy() -> None:
         ports = Ports(30000)
         proxied_bootstrap = "toxiproxy"
 
-    for name in ("kafka-proxied", "kafka-proxied-aborts"):
+    for name in ("kafka-proxied", "kafka-proxied-aborts", "kafka-proxied-restarts"):
         settings = presets.get(name).probe_settings(Cluster())  # type: ignore[arg-type]
         assert settings["kafka.bootstrap.servers"] == "127.0.0.1:30024", name
+
+
+def test_the_lost_commit_row_starts_consumers_while_its_commits_are_lost() -> None:
+    """A lost commit shows only when a consumer starts from the group's offsets during the
+    fault: the row's probe must switch consumer modes many times in its shortest window (the
+    detection test holds it 6 s), or the row passes or fails by luck (it failed once so)."""
+    from kmon.nemesis.matrix import MatrixSettings
+    from kmon.nemesis.scenarios import BY_NAME
+
+    row = BY_NAME["lost-offset-commit"]
+    every = int(presets.get(row.preset).settings["mode_switch_ops"])
+    switches = MatrixSettings().rate * 6.0 / every
+    assert switches >= 10, f"{switches:.1f} consumer starts expected in 6 s"
