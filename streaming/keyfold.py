@@ -36,6 +36,7 @@ from kmon.checker import fold, lost_write, share, unseen
 from kmon.checker.fold import FoldConfig
 from kmon.checker.sink import Sink
 from kmon.checker.state import INF, KeyState
+from kmon.checker.state_format import TABLES
 from kmon.history.fragment import Fragment
 from kmon.streaming import evidence as ev
 from kmon.streaming import state_pages
@@ -68,9 +69,16 @@ def bucket_of(writer: int, buckets: int) -> int:
     return writer % buckets
 
 
-# 4: the checker's state as a body dict, its window's cold pages apart (``state_pages``);
-# 3: as bytes (the versions: ``KeyFold.from_parts``).
-_STATE_VERSION = 4
+# 5: as 4 without the value index, rebuilt from the window on load (``_INDEX``); 4: the
+# checker's state as a body dict, its window's cold pages apart (``state_pages``); 3: as bytes
+# (the versions: ``KeyFold.from_parts``).
+_STATE_VERSION = 5
+# The value index is a hash table over the window's values: about 40% of a head's bytes, read
+# and written every call, while rebuilding it takes about 0.2 ms a key (a 5,000-slot window,
+# offline), what saving the head does. The checker rebuilds it at every compaction anyway, so
+# no verdict depends on its layout.
+_INDEX = TABLES.index("index")
+_NO_INDEX = ("i", b"")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +143,10 @@ class KeyFold:
     def to_parts(self, page_slots: int) -> Saved:
         """The state as a head and its cold window pages (``state_pages``; ``page_slots`` 0:
         all in the head), with the page writes that take the store from ``pages`` there."""
-        cut = state_pages.split(self.st.to_body(), page_slots)
+        body = self.st.to_body()
+        arrays = list(body["arrays"])
+        arrays[_INDEX] = _NO_INDEX
+        cut = state_pages.split({**body, "arrays": tuple(arrays)}, page_slots)
         pages, writes, patches = state_pages.changes(self.pages, cut.pages, cut.widths)
         if patches:
             cut.head["patches"] = patches
@@ -158,14 +169,15 @@ class KeyFold:
         the head lists (page number -> token) and returns the pages, kept as ``pages`` for
         the next save to write only what changed.
 
-        Versions: 4 keeps the checker's state as a body dict, cold pages apart; 3 and earlier
-        as one bytes value; 2 has no last op per process; 1 not the leader broker and the op
-        index of the placement either (unknown until the key's next placement)."""
+        Versions: 5 leaves the value index out (rebuilt here); 4 keeps the checker's state as
+        a body dict, cold pages apart; 3 and earlier as one bytes value; 2 has no last op per
+        process; 1 not the leader broker and the op index of the placement either (unknown
+        until the key's next placement)."""
         body, extra = pickle.loads(head)
         version = extra[0]
         last_ops: dict[Any, int] = {}
         tokens: dict[int, int] = {}
-        if version == _STATE_VERSION:
+        if version in (_STATE_VERSION, 4):
             _, topic, partition, leader, placed, timer_ms, verdicts, lags, last_ops, tokens = extra
         elif version == 3:
             _, topic, partition, leader, placed, timer_ms, verdicts, lags, last_ops = extra
@@ -183,6 +195,8 @@ class KeyFold:
             kf.pages = read_pages(tokens) if tokens else {}
             data = {p: page.data for p, page in kf.pages.items()}
             kf.st = KeyState.from_body(state_pages.join(body, data))
+            if version == _STATE_VERSION:
+                kf.st.rebuild_index()
         kf.topic, kf.partition, kf.timer_ms = topic, partition, timer_ms
         kf.leader, kf.placed = leader, placed
         kf.verdicts = ev.Verdicts.from_state(verdicts, settings.verdict_memory)

@@ -203,3 +203,25 @@ def test_a_workers_copy_is_bounded() -> None:
     assert cache.get(9, {0: 9}) is not None and cache.get(0, {0: 0}) is None
     cache.put("big", {0: state_pages.Page(1, b"x" * 20_000)})  # larger than the budget: not kept
     assert cache.get("big", {0: 1}) is None and cache.nbytes <= 10_000
+
+
+def _index_of(st: Any) -> dict[int, int]:
+    """Each value in the window -> the offset the value index finds it at."""
+    return {st.val[i]: st.find(st.val[i]) for i in range(len(st.val)) if st.find(st.val[i]) >= 0}
+
+
+@pytest.mark.parametrize("page_slots", [0, CHUNK])
+def test_the_head_leaves_the_value_index_out_and_the_load_rebuilds_it(page_slots: int) -> None:
+    store, kf, _ = _folded(30_000, page_slots)
+    saved = kf.to_parts(page_slots)
+    head, extra = pickle.loads(saved.head)
+    assert extra[0] == 5 and head["arrays"][-1] == ("i", b"")
+    indexed = kf.st.to_body()["arrays"][-1]
+    assert len(indexed[1]) > 1_000  # what the head no longer carries
+    back = store.load("p", 0, settings(grace=SECOND, page_slots=page_slots))
+    found = _index_of(back.st)
+    assert found == _index_of(kf.st) and len(found) > 1_000
+    # a state saved by the previous release (version 4: the index in the head) loads as is
+    v4 = state_pages.split(kf.st.to_body(), 0).head
+    old = pickle.dumps((v4, (4, *extra[1:-1], {})), protocol=5)
+    assert KeyFold.from_parts("p", old, _no_pages, settings()).st.to_body() == kf.st.to_body()
