@@ -6,8 +6,9 @@ of KB), while a micro-batch changes only their top: new writes, and reads near t
 log. So the monitor keeps the window's tables in **pages** of ``page_slots`` offsets, aligned
 to absolute offsets (a page keeps its number while the window grows above it and compaction
 drops pages below it), each page one value of a map state; everything else (the key's records,
-scalars, the value index and the window's **top**, its ``HOT_PAGES`` highest pages) is the
-**head**, one value, rewritten every call.
+scalars, the value index unless the caller leaves it out, as ``KeyFold.to_parts`` does, and the
+window's **top**, its ``HOT_PAGES`` highest pages) is the **head**, one value, rewritten every
+call.
 
 Only the pages below the top are paged out ("cold"): the top grows with every send and takes
 the reads that keep up, and folding it into the head keeps a young key to one value, as
