@@ -34,7 +34,7 @@ from typing import Any
 from kmon import foldrun
 from kmon.checker import fold, lost_write, share, unseen
 from kmon.checker.fold import FoldConfig
-from kmon.checker.sink import Sink
+from kmon.checker.sink import Sink, TxnFact
 from kmon.checker.state import INF, KeyState
 from kmon.checker.state_format import TABLES
 from kmon.history.fragment import Fragment
@@ -61,8 +61,13 @@ OUTPUT_COLUMNS = (
 
 # Facts records (stage 2's input, ``txnfold``): a transaction's facts go to the bucket of its
 # writer (the op index of its send), at most ``FACTS_PER_RECORD`` facts a record: a fact is
-# about 250 bytes of JSON, and Kafka refuses records over 1 MB by default.
+# 30-60 bytes of JSON (more with long string values), and Kafka refuses records over 1 MB by
+# default.
 FACTS_PER_RECORD = 1000
+# The facts record's format (``txnfold.parse_facts`` reads it, and the older one: a JSON array
+# of one object per fact, each repeating the key's probe, topic, partition, leader and
+# watermark, its key and value as JSON text).
+FACTS_FORMAT = 2
 
 
 def bucket_of(writer: int, buckets: int) -> int:
@@ -131,7 +136,7 @@ class KeyFold:
         self.timer_ms: int | None = None
         self.verdicts = ev.Verdicts(settings.verdict_memory)
         self.lags: dict[Any, tuple[int, int]] = {}  # process -> (invoke time, lag ns)
-        self.facts: list[dict[str, Any]] = []  # this call's facts for stage 2 (not state)
+        self.facts: list[TxnFact] = []  # this call's facts for stage 2 (not state)
         self.last_ops: dict[Any, int] = {}  # process -> op index of its last folded fragment
         self.pages: dict[int, state_pages.Page] = {}  # the cold pages the store holds
 
@@ -288,7 +293,7 @@ class KeyFold:
             self._anomaly(a, a_due, out, ops)
         sink.anomalies.clear()
         self._unseen(sink, out)
-        self._facts(sink, out, st.max_time)
+        self._facts(sink)
         live = st.procs
         for p in [p for p in self.lags if p not in live]:
             del self.lags[p]  # the fold forgot an idle consumer: so does the lag gauge
@@ -298,7 +303,7 @@ class KeyFold:
             self._anomaly(a, t, out, ops, decider)
         sink.anomalies.clear()
         self._unseen(sink, out)
-        self._facts(sink, out, None)
+        self._facts(sink)
 
     def _anomaly(self, a: Any, decided: int, out: list, ops: Mapping,
                  decider: int | None = None) -> None:
@@ -325,34 +330,28 @@ class KeyFold:
                                  decided=ack + grace, body=ev.to_json(rec)))
         sink.unseen.clear()
 
-    def _facts(self, sink: Sink, out: list, t: int | None) -> None:
-        # Key and value as JSON text, so that they keep their types (int or str) through stage 2.
-        for f in sink.facts:
-            self.facts.append({
-                "kind": f.kind, "writer": f.writer, "key": _json_text(f.key),
-                "value": _json_text(f.value), "offset": f.offset, "outcome": f.outcome,
-                "time": f.time, "probe": self.probe, "topic": self.topic,
-                "partition": self.partition, "leader": self.leader, "reader": f.reader,
-                "max_read": f.max_read})
+    def _facts(self, sink: Sink) -> None:
+        self.facts.extend(sink.facts)
         sink.facts.clear()
 
     def _flush_facts(self, out: list, watermark_ns: int) -> None:
         """This call's facts as facts records, each stamped with this call's watermark: stage
         2's clock (see ``txnfold``). A row per writer bucket (``writer``: the bucket; past
-        ``FACTS_PER_RECORD`` facts, more), its body the record's value: the driver produces it
-        as it is, never parsing facts (it did, for every fact of a batch: a tenth of a 200k
-        batch's time went to the driver's JSON)."""
+        ``FACTS_PER_RECORD`` facts, more), its body the record's value, which the driver
+        produces as it is, never parsing facts. A record names the key, its placement and the
+        watermark once; each fact is a short array (``facts_record``)."""
         if not self.facts:
             return
-        by_bucket: dict[int, list[dict[str, Any]]] = {}
+        by_bucket: dict[int, list[TxnFact]] = {}
         buckets = self.settings.txn_buckets
         for f in self.facts:
-            f["wm"] = watermark_ns
-            by_bucket.setdefault(bucket_of(f["writer"], buckets), []).append(f)
+            by_bucket.setdefault(bucket_of(f.writer, buckets), []).append(f)
         for bucket, group in sorted(by_bucket.items()):
             for i in range(0, len(group), FACTS_PER_RECORD):
-                out.append(self._row(FACT, writer=bucket,
-                                     body=ev.to_json(group[i:i + FACTS_PER_RECORD])))
+                record = facts_record(self.probe, self.st.key, self.topic, self.partition,
+                                      self.leader, watermark_ns,
+                                      group[i:i + FACTS_PER_RECORD])
+                out.append(self._row(FACT, writer=bucket, body=ev.to_json(record)))
         self.facts = []
 
     def _stats(self, n: int, e2e: list[int]) -> dict[str, Any]:
@@ -400,9 +399,21 @@ def _no_pages(tokens: dict[int, int]) -> dict[int, state_pages.Page]:
     raise ValueError(f"a state with window pages ({len(tokens)}) read as a whole value")
 
 
-def _json_text(x: Any) -> str:
-    """``x`` as JSON text; an int (the probes' keys and values) without the encoder's cost."""
-    return str(x) if type(x) is int else ev.to_json(x)
+def facts_record(probe: str, key: Any, topic: str, partition: int | None,
+                 leader: int | None, watermark_ns: int, facts: list[TxnFact]) -> dict[str, Any]:
+    """One key's facts of one call and writer bucket as a facts record (``FACTS_FORMAT``):
+    ``vis`` lists visible writes as ``[writer, value, offset, time]``, ``inv`` invisible ones
+    as ``[writer, value, offset, outcome, time, reader, max_read]``; key and values keep their
+    JSON types (int or string)."""
+    vis: list[list[Any]] = []
+    inv: list[list[Any]] = []
+    for f in facts:
+        if f.kind == "visible":
+            vis.append([f.writer, f.value, f.offset, f.time])
+        else:
+            inv.append([f.writer, f.value, f.offset, f.outcome, f.time, f.reader, f.max_read])
+    return {"v": FACTS_FORMAT, "probe": probe, "key": key, "topic": topic,
+            "partition": partition, "leader": leader, "wm": watermark_ns, "vis": vis, "inv": inv}
 
 
 def timer_to_keep(old_ms: int | None, new_ms: int | None, watermark_ns: int) -> int | None:

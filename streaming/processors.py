@@ -56,7 +56,7 @@ from kmon.streaming.keyfold import (
     Placement,
     timer_to_keep,
 )
-from kmon.streaming.txnfold import TxnBucket, facts_of
+from kmon.streaming.txnfold import TxnBucket, parse_facts
 
 STATE_SCHEMA = StructType([StructField("data", BinaryType(), False)])
 PAGE_KEY_SCHEMA = StructType([StructField("page", LongType(), False)])
@@ -335,11 +335,12 @@ class TxnFoldProcessor(_Timed):
     def handleInputRows(self, key: Any, rows: Iterator[Row],
                         timerValues: Any) -> Iterator[Row]:
         probe, bucket = key
-        facts = [f for row in rows for f in facts_of(row.value, probe, bucket, self.buckets)]
+        records = [r for row in rows for r in parse_facts(row.value, probe, bucket,
+                                                            self.buckets)]
         data = self._load()
         args = (self.grace_ns, self.verdict_memory, *self.memory)
         b = (TxnBucket(probe, *args, cluster=self.cluster, paged=True) if data is None else
              TxnBucket.from_parts(probe, data, self._read_gen, *args, cluster=self.cluster))
-        out = b.batch(facts)
+        out = b.batch(records)
         self._save(b, 0, out)
         yield from to_rows(out)

@@ -30,8 +30,15 @@ same evidence; judging is incremental and order-independent in what it finds.
 **Facts records.** Stage 1 groups each key's facts of a call by bucket into records
 (``keyfold.KeyFold._flush_facts``; split past ``FACTS_PER_RECORD``), which the driver produces
 as they are, keyed ``<bucket>/<probe>`` (``fact_key``): stage 2 groups records by their key,
-without parsing them in the JVM, and a bucket's Python call parses a few JSON arrays
-(``facts_of``) instead of receiving one row per fact, which PySpark converts cell by cell.
+without parsing them in the JVM, and a bucket's Python call parses a few JSON records
+(``parse_facts``) instead of receiving one row per fact, which PySpark converts cell by cell.
+A record names its key, the key's placement and the watermark once, and each fact is a short
+array with the key's values in their JSON types (``keyfold.facts_record``). The format before
+(one JSON object per fact, repeating all of these, its key and value as JSON text to be
+parsed again) was about 235 bytes a fact: at 200k events a batch of the bench's workload,
+25k facts and 5.4 MB through the driver, the facts topic and stage 2, whose Python spent
+more time in ``json.loads`` than in judging. Records in it are still read (a facts topic
+written by the previous release).
 
 **Generations: cost that follows the writers touched.** A bucket keeps every writer for
 ``txn.retention`` (thousands at a busy probe's rate: megabytes), while a micro-batch's facts
@@ -60,7 +67,7 @@ from typing import Any, Final
 from kmon.checker.sink import Sink, TxnFact
 from kmon.checker.torn import TxnStage, TxnState, write_of
 from kmon.streaming import evidence as ev
-from kmon.streaming.keyfold import ANOMALY, STATS, bucket_of
+from kmon.streaming.keyfold import ANOMALY, FACTS_FORMAT, STATS, bucket_of
 
 # 2: each key's place carries its leader broker (1: topic and partition only); 3: a head,
 # its writers in generations apart.
@@ -68,8 +75,8 @@ _STATE_VERSION = 2
 _HEAD_VERSION = 3
 GEN_SPAN: Final = 1 << 16  # op indices per generation (about half a minute at 5k events/s)
 
-# The fields a fact cannot do without (``keyfold`` writes these and probe, wm, topic, partition,
-# leader).
+# The fields an old-format fact (a JSON object per fact) cannot do without (its probe, wm,
+# topic, partition and leader too).
 _REQUIRED = frozenset(("kind", "writer", "key", "value", "offset", "outcome", "time"))
 
 log = logging.getLogger("kmon.monitor")
@@ -80,21 +87,93 @@ def fact_key(probe: str, bucket: int) -> str:
     return f"{bucket}/{probe}"
 
 
-def facts_of(value: bytes, probe: str, bucket: int, buckets: int) -> list[dict[str, Any]]:
-    """The facts of (probe, bucket) in one facts record. A record that is not a JSON array of
-    such facts (the facts topic is the monitor's own, but shared topics happen) is logged and
-    its strays left out: stage 2 must never fail on data."""
+@dataclass(frozen=True, slots=True)
+class FactsRecord:
+    """One facts record as stage 2 applies it: one key's facts (of one stage 1 call), the key
+    as JSON text (its places' and the facts' order's name), its placement and stage 1's
+    watermark (``wm``) when the call made them."""
+
+    key_text: str
+    place: tuple[str, int | None, int | None]  # topic, partition, leader broker
+    wm: int
+    facts: list[TxnFact]
+
+
+class _Stray(ValueError):
+    """Not a fact of this probe and bucket."""
+
+
+def parse_facts(value: bytes, probe: str, bucket: int, buckets: int) -> list[FactsRecord]:
+    """The facts of (probe, bucket) in one facts record (``keyfold.facts_record``, or the
+    older format: a JSON array of one object per fact). A record that is not one (the facts
+    topic is the monitor's own, but shared topics happen) is logged and its strays left out:
+    stage 2 must never fail on data."""
     try:
-        facts = json.loads(value)
-        kept = [f for f in facts if f.get("probe") == probe and f.keys() >= _REQUIRED
-                and bucket_of(int(f["writer"]), buckets) == bucket and f["time"] is not None]
-    except (ValueError, TypeError, KeyError, AttributeError):
+        data = json.loads(value)
+        if isinstance(data, list):
+            records = legacy_records(data, probe)
+        elif isinstance(data, dict) and data.get("v") == FACTS_FORMAT:
+            records = [_record(data, probe)]
+        else:
+            raise _Stray("neither format")
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError):
         log.warning("stage 2 left out a facts record that is not one: %r", value[:200])
         return []
-    if len(kept) < len(facts):
+    kept = [FactsRecord(r.key_text, r.place, r.wm,
+                        [f for f in r.facts if bucket_of(f.writer, buckets) == bucket])
+            for r in records]
+    strays = sum(len(r.facts) for r in records) - sum(len(r.facts) for r in kept)
+    if strays:
         log.warning("stage 2 left out %d facts of other buckets in a record of %s/%s",
-                    len(facts) - len(kept), bucket, probe)
-    return kept
+                    strays, bucket, probe)
+    return [r for r in kept if r.facts]
+
+
+def _record(data: dict[str, Any], probe: str) -> FactsRecord:
+    if data["probe"] != probe:
+        raise _Stray("another probe's")
+    key = data["key"]
+    wm = _int(data["wm"])
+    facts = [TxnFact("visible", _int(w), key, v, _offset(o), "ok", _int(t))
+             for w, v, o, t in data["vis"]]
+    facts += [TxnFact("invisible", _int(w), key, v, _offset(o), str(oc), _int(t), _int(r),
+                      _int(m))
+              for w, v, o, oc, t, r, m in data["inv"]]
+    return FactsRecord(ev.to_json(key), _place(data), wm, facts)
+
+
+def legacy_records(facts: list[dict[str, Any]], probe: str | None = None) -> list[FactsRecord]:
+    """Facts in the format before ``keyfold.FACTS_FORMAT`` (an object per fact, key and value
+    as JSON text), a record each; those of other probes (when ``probe`` is given) or without
+    the fields stage 2 needs are left out."""
+    out = []
+    for f in facts:
+        if (probe is not None and f.get("probe") != probe) or not f.keys() >= _REQUIRED \
+                or f["time"] is None:
+            continue
+        wm = _int(f.get("wm") or 0)
+        out.append(FactsRecord(f["key"], _place(f), wm, [TxnFact(
+            f["kind"], _int(f["writer"]), json.loads(f["key"]), json.loads(f["value"]),
+            f["offset"], f["outcome"], _int(f["time"]), f.get("reader", -1),
+            f.get("max_read", -1))]))
+    return out
+
+
+def _place(data: dict[str, Any]) -> tuple[str, int | None, int | None]:
+    part = data.get("partition")
+    part = None if part is None or part != part or part < 0 else int(part)
+    leader = data.get("leader")
+    return (data.get("topic") or ev.UNKNOWN_TOPIC, part, leader if type(leader) is int else None)
+
+
+def _int(x: Any) -> int:
+    if type(x) is not int:
+        raise _Stray(f"not an integer: {x!r}")
+    return x
+
+
+def _offset(x: Any) -> int | None:
+    return None if x is None else _int(x)
 
 
 def gen_of(writer: int) -> int:
@@ -257,29 +336,24 @@ class TxnBucket:
                 for w, row in pickle.loads(data).items():
                     self.stage.txns[w] = _txn_of(row)
 
-    def batch(self, facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Apply facts (as ``keyfold`` writes them; key and value as JSON text), then forget old
-        writers."""
-        facts.sort(key=_fact_order)
+    def batch(self, records: list[FactsRecord]) -> list[dict[str, Any]]:
+        """Apply facts records (``parse_facts``), then forget old writers."""
+        facts = sorted(((f, r) for r in records for f in r.facts), key=_fact_order)
         self.by_gen = None  # the stage changes below
         if self.gens is not None:
-            self._load({gen_of(int(f["writer"])) for f in facts})
+            self._load({gen_of(f.writer) for f, _ in facts})
         out: list[dict[str, Any]] = []
         sink = Sink()
-        for f in facts:
-            key = json.loads(f["key"])
-            part = f.get("partition")
-            part = None if part is None or part != part or part < 0 else int(part)
-            leader = f.get("leader")
-            self.places[f["key"]] = (f.get("topic") or ev.UNKNOWN_TOPIC, part,
-                                     leader if type(leader) is int else None)
-            wm = int(f.get("wm") or 0)
-            self.clock = max(self.clock, wm)
-            self.stage.apply(TxnFact(f["kind"], f["writer"], key, json.loads(f["value"]),
-                                     f["offset"], f["outcome"], max(f["time"], wm),
-                                     f.get("reader", -1), f.get("max_read", -1)), sink)
+        for f, r in facts:
+            self.places[r.key_text] = r.place
+            self.clock = max(self.clock, r.wm)
+            decided = f.time
+            if f.time < r.wm:  # a fact counts at stage 1's clock when it was sent
+                f = TxnFact(f.kind, f.writer, f.key, f.value, f.offset, f.outcome, r.wm,
+                            f.reader, f.max_read)
+            self.stage.apply(f, sink)
             for a in sink.anomalies:
-                self._anomaly(a, f["time"], out)
+                self._anomaly(a, decided, out)
             sink.anomalies.clear()
         if self.clock > 0:
             self.stage.advance(self.clock)
@@ -342,5 +416,13 @@ class TxnBucket:
                     "body": ev.to_json(rec)})
 
 
-def _fact_order(f: dict[str, Any]) -> tuple:
-    return (f["time"], f["writer"], f["key"], f["value"], f["kind"])
+def _fact_order(item: tuple[TxnFact, FactsRecord]) -> tuple:
+    """(time, writer, key, value, kind), key and value as JSON text: the order a replayed
+    batch applies its facts in, whatever order its records came in."""
+    f, r = item
+    return (f.time, f.writer, r.key_text, _json_text(f.value), f.kind)
+
+
+def _json_text(x: Any) -> str:
+    """``x`` as JSON text; an int (the probes' values) without the encoder's cost."""
+    return str(x) if type(x) is int else ev.to_json(x)

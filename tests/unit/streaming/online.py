@@ -19,7 +19,7 @@ from kmon.history.model import Op
 from kmon.streaming import state_pages
 from kmon.streaming.keyfold import ANOMALY, FACT, STATS, UNSEEN, FoldSettings, KeyFold
 from kmon.streaming.metrics import E2E_BUCKETS
-from kmon.streaming.txnfold import TxnBucket
+from kmon.streaming.txnfold import TxnBucket, parse_facts
 
 SECOND = 1_000_000_000
 END = INF // 2  # a watermark past every deadline
@@ -82,7 +82,7 @@ class KeyStore:
 
 
 def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SECOND,
-               unseen: int | None = None, delay: int = 0, buckets: int = 4, end: int = END,
+               unseen: int | None = None, delay: int = 0, end: int = END,
                s: FoldSettings | None = None,
                cache: state_pages.PageCache | None = None) -> dict[str, list]:
     """Evidence (parsed) and stats rows of ``ops`` checked online in batches of ``batch`` ops,
@@ -92,7 +92,8 @@ def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SEC
     The watermark after each batch is the latest event time seen minus ``delay``; at the end it
     jumps to ``end``: by default past every deadline. (Share groups' lost writes need the end of
     the history plus the grace to agree with ``kmon check``: past it, a lock that the history's
-    end leaves running has expired.) ``s``: the settings (else ``settings(grace, unseen)``).
+    end leaves running has expired.) ``s``: the settings (else ``settings(grace, unseen)``); stage
+    2 has ``s.txn_buckets`` buckets, as stage 1 groups its facts.
     """
     s = settings(grace, unseen) if s is None else s
     keys = KeyStore(cache)
@@ -111,13 +112,13 @@ def run_online(ops: list[Op], probe: str = "p", batch: int = 5, grace: int = SEC
                 frags.setdefault(fr.key, []).append(fr)
         _stage1(frags, keys, s, probe, watermark, out)
         out["state_bytes"].append(max(map(keys.size, keys.heads), default=0))
-        _stage2(out, txns, probe, grace, buckets)
+        _stage2(out, txns, probe, grace, s.txn_buckets)
         watermark = max(watermark, max_time - delay)
     for key in list(keys.heads):  # timers firing at the end
         kf = keys.load(probe, key, s)
         _collect(kf.wake(end), out)
         keys.save(key, kf)
-    _stage2(out, txns, probe, grace, buckets)
+    _stage2(out, txns, probe, grace, s.txn_buckets)
     out["written"] = [keys.written]
     return out
 
@@ -131,10 +132,10 @@ def _stage1(frags: dict, keys: KeyStore, s: FoldSettings, probe: str, wm: int,
 
 
 def _stage2(out: dict, txns: dict, probe: str, grace: int, buckets: int) -> None:
-    facts, out["facts"] = out["facts"], []
+    records, out["facts"] = out["facts"], []
     by_bucket: dict[int, list] = {}
-    for f in facts:
-        by_bucket.setdefault(f["writer"] % buckets, []).append(f)
+    for b, body in records:  # as the facts topic keys them: by bucket
+        by_bucket.setdefault(b, []).extend(parse_facts(body.encode(), probe, b, buckets))
     for b, bucket_facts in by_bucket.items():
         # As the processor keeps a bucket: a head, and its writers' generations apart.
         head, gens = txns.get(b, (None, {}))
@@ -153,7 +154,7 @@ def _collect(rows: list[dict[str, Any]], out: dict) -> None:
         if r["kind"] in (ANOMALY, UNSEEN):
             out["evidence"].append(json.loads(r["body"]))
         elif r["kind"] == FACT:
-            out["facts"].extend(json.loads(r["body"]))
+            out["facts"].append((r["writer"], r["body"]))
         elif r["kind"] == STATS:
             out["stats"].append(r)
 

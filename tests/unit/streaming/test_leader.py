@@ -10,10 +10,11 @@ from pyspark.sql import Row
 
 from kmon.history.fragment import Fragment, split
 from kmon.history.model import Op
+from kmon.streaming.config import TXN_BUCKETS
 from kmon.streaming.keyfold import ANOMALY, FACT, STATS, UNSEEN, FoldSettings, KeyFold, Placement
 from kmon.streaming.metrics import E2E_BUCKETS
 from kmon.streaming.processors import key_fragments
-from kmon.streaming.txnfold import TxnBucket
+from kmon.streaming.txnfold import FactsRecord, TxnBucket, parse_facts
 from tests.checker.helpers import history, send
 from tests.unit.streaming.cases import CASES
 from tests.unit.streaming.online import END, SECOND, run_online
@@ -40,14 +41,14 @@ def _run(ops: list[Op], leader_of: dict[Any, int], cluster: str = "prod-eu",
     ``leader_of[key]``; then stage 2 over the facts. Evidence records, parsed, and stats."""
     s = _settings(cluster)
     out: list[dict[str, Any]] = []
-    facts: list[dict[str, Any]] = []
+    facts: list[FactsRecord] = []
     for key, frs in _frags(ops).items():
         kf = KeyFold("p", key, s)
         rows = kf.batch(frs, Placement("t", key, leader_of.get(key), frs[-1].op), 0)
         rows += kf.wake(END)
         for r in rows:
             if r["kind"] == FACT:
-                facts.extend(json.loads(r["body"]))
+                facts.extend(parse_facts(r["body"].encode(), "p", r["writer"], TXN_BUCKETS))
             else:
                 out.append(r)
     tb = TxnBucket("p", grace, cluster=cluster)

@@ -8,14 +8,17 @@ import threading
 
 import pytest
 
+from kmon.checker.sink import TxnFact
 from kmon.streaming.keyfold import (
     ANOMALY,
     DEAD,
     FACT,
+    FACTS_FORMAT,
     FACTS_PER_RECORD,
     STATS,
     UNSEEN,
     KeyFold,
+    facts_record,
 )
 from kmon.streaming.metrics import E2E_BUCKETS, MonitorMetrics, registry_with
 from kmon.streaming.outputs import (
@@ -27,7 +30,7 @@ from kmon.streaming.outputs import (
     interruption,
 )
 from kmon.streaming.snapshots import LocalSnapshotStore
-from kmon.streaming.txnfold import facts_of
+from kmon.streaming.txnfold import parse_facts
 from tests.unit.streaming.online import settings
 
 
@@ -80,19 +83,66 @@ def _fact(writer: int, probe: str = "p") -> dict:
             "outcome": "ok", "time": 10, "wm": 0, "probe": probe, "topic": "t", "partition": 0}
 
 
+def _txn_fact(writer: int, kind: str = "visible") -> TxnFact:
+    return TxnFact(kind, writer, 1, writer * 10, writer + 3, "info", 10 + writer, 7, 99)
+
+
 def test_stage_1_groups_its_facts_by_writer_bucket_in_bounded_records() -> None:
     kf = KeyFold("p", 1, settings())
-    many = [_fact(16 * i) for i in range(FACTS_PER_RECORD + 5)]  # all bucket 0
-    kf.facts = [_fact(3), *many, _fact(35)]
+    kf.topic, kf.partition, kf.leader = "t", 1, 4
+    many = [_txn_fact(16 * i) for i in range(FACTS_PER_RECORD + 5)]  # all bucket 0
+    kf.facts = [_txn_fact(3), *many, _txn_fact(35, "invisible")]
     rows: list[dict] = []
     kf._flush_facts(rows, 77)
     got = [(r["writer"], json.loads(r["body"])) for r in rows]
-    assert [(bucket, len(fs)) for bucket, fs in got] == [(0, FACTS_PER_RECORD), (0, 5), (3, 2)]
-    assert got[0][1] + got[1][1] == [{**f, "wm": 77} for f in many]
-    assert [f["writer"] for f in got[2][1]] == [3, 35]
+    assert [(bucket, len(rec["vis"]) + len(rec["inv"])) for bucket, rec in got] == [
+        (0, FACTS_PER_RECORD), (0, 5), (3, 2)]
+    assert got[2][1] == {"v": FACTS_FORMAT, "probe": "p", "key": 1, "topic": "t",
+                         "partition": 1, "leader": 4, "wm": 77,
+                         "vis": [[3, 30, 6, 13]], "inv": [[35, 350, 38, "info", 45, 7, 99]]}
+    assert [w for _, rec in got[:2] for w, *_ in rec["vis"]] == [f.writer for f in many]
     assert kf.facts == []
     kf._flush_facts(rows, 78)  # nothing new: no row
     assert len(rows) == 3
+
+
+def _fields(f: TxnFact) -> tuple:
+    return (f.kind, f.writer, f.key, f.value, f.offset, f.outcome, f.time, f.reader,
+            f.max_read)
+
+
+def test_stage_2_reads_back_the_facts_stage_1_wrote_in_their_types() -> None:
+    for key, value in ((1, 10), ("k", "v-1"), (2, "7")):
+        facts = [TxnFact("visible", 16, key, value, 3, "ok", 10),
+                 TxnFact("invisible", 32, key, value, None, "info", 11, 5, 9)]
+        body = json.dumps(facts_record("p", key, "t", 2, None, 5, facts))
+        [rec] = parse_facts(body.encode(), "p", 0, 16)
+        assert (rec.key_text, rec.place, rec.wm) == (json.dumps(key), ("t", 2, None), 5)
+        assert [_fields(f) for f in rec.facts] == [_fields(f) for f in facts]
+
+
+def test_stage_2_reads_a_facts_record_for_its_own_probe_and_bucket_only() -> None:
+    facts = [_txn_fact(16), _txn_fact(3), _txn_fact(32, "invisible")]
+    body = json.dumps(facts_record("p", 1, "t", 1, 4, 0, facts)).encode()
+    [rec] = parse_facts(body, "p", 0, 16)
+    assert [f.writer for f in rec.facts] == [16, 32]
+    assert parse_facts(body, "q", 0, 16) == []  # another probe's
+    assert parse_facts(body, "p", 5, 16) == []  # no fact of bucket 5
+    for junk in (b"not json", b'{"a": 1}', b'{"v": 2, "probe": "p"}', b"[1]",
+                 body.replace(b'"wm": 0', b'"wm": "x"')):
+        assert parse_facts(junk, "p", 0, 16) == []
+
+
+def test_stage_2_still_reads_the_facts_format_before_records() -> None:
+    """Records of the previous release, still in the facts topic after an upgrade."""
+    many = [_fact(16 * i) for i in range(5)]
+    got = parse_facts(json.dumps(many).encode(), "p", 0, 16)
+    assert [(r.key_text, r.place, r.wm) for r in got] == [("1", ("t", 0, None), 0)] * 5
+    assert [_fields(r.facts[0]) for r in got] == [
+        ("visible", 16 * i, 1, 5, 3, "ok", 10, -1, -1) for i in range(5)]
+    assert len(parse_facts(json.dumps([_fact(3), _fact(16)]).encode(), "p", 0, 16)) == 1
+    incomplete = {k: v for k, v in _fact(16).items() if k != "outcome"}
+    assert len(parse_facts(json.dumps([incomplete, _fact(32)]).encode(), "p", 0, 16)) == 1
 
 
 def test_the_driver_produces_facts_records_as_stage_1_made_them(tmp_path) -> None:
@@ -102,16 +152,6 @@ def test_the_driver_produces_facts_records_as_stage_1_made_them(tmp_path) -> Non
                          _row(FACT, probe="q", writer=0, body=json.dumps([_fact(16, "q")]))])
     assert [(t, k, v) for t, k, v, _ in out.producer.sent] == [
         ("fa", "3/p", body), ("fa", "0/q", json.dumps([_fact(16, "q")]))]
-
-
-def test_stage_2_reads_a_facts_record_for_its_own_probe_and_bucket_only() -> None:
-    many = [_fact(16 * i) for i in range(5)]
-    assert facts_of(json.dumps(many).encode(), "p", 0, 16) == many
-    assert facts_of(json.dumps([_fact(3), _fact(16)]).encode(), "p", 0, 16) == [_fact(16)]
-    assert facts_of(b"not json", "p", 0, 16) == []
-    assert facts_of(b'{"a": 1}', "p", 0, 16) == []
-    incomplete = {k: v for k, v in _fact(16).items() if k != "outcome"}
-    assert facts_of(json.dumps([incomplete, _fact(32)]).encode(), "p", 0, 16) == [_fact(32)]
 
 
 def _outputs(tmp_path, producer=None, metrics=None, now=2.0):

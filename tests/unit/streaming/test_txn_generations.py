@@ -3,24 +3,25 @@ facts' writers fall in, forgets old ones unread, and judges exactly as the whole
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Any
 
-from kmon.streaming.keyfold import ANOMALY
-from kmon.streaming.txnfold import GEN_SPAN, TxnBucket, gen_of
+from kmon.checker.sink import TxnFact
+from kmon.streaming import evidence as ev
+from kmon.streaming.config import TXN_BUCKETS
+from kmon.streaming.keyfold import ANOMALY, facts_record
+from kmon.streaming.txnfold import GEN_SPAN, FactsRecord, TxnBucket, gen_of, parse_facts
 
 SECOND = 1_000_000_000
 GRACE = SECOND
 FOREVER = 10**15  # a retention nothing outlives in these tests
 
 
-def fact(kind: str, writer: int, key: int, t: int, outcome: str = "ok") -> dict[str, Any]:
-    """A fact as stage 1 writes it, its clock (``wm``) at its time."""
-    return {"kind": kind, "writer": writer, "key": json.dumps(key),
-            "value": json.dumps(f"v{writer}-{key}"), "offset": writer % 1000 + key,
-            "outcome": outcome, "time": t, "wm": t, "probe": "p", "topic": "t",
-            "partition": key, "leader": 1, "reader": -1, "max_read": -1}
+def fact(kind: str, writer: int, key: int, t: int, outcome: str = "ok") -> FactsRecord:
+    """A fact as stage 1 writes it (a record of its own), its clock (``wm``) at its time."""
+    f = TxnFact(kind, writer, key, f"v{writer}-{key}", writer % 1000 + key, outcome, t)
+    body = ev.to_json(facts_record("p", key, "t", key, 1, t, [f]))
+    return parse_facts(body.encode(), "p", writer % TXN_BUCKETS, TXN_BUCKETS)[0]
 
 
 class Store:
@@ -37,7 +38,7 @@ class Store:
         self.reads.append(g)
         return self.gens.get(g)
 
-    def run(self, facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def run(self, facts: list[FactsRecord]) -> list[dict[str, Any]]:
         self.reads = []
         b = (TxnBucket("p", GRACE, paged=True, **self.settings) if self.head is None else
              TxnBucket.from_parts("p", self.head, self._read, GRACE, **self.settings))
@@ -51,7 +52,7 @@ class Store:
         return out
 
 
-def _whole(data: bytes | None, facts: list[dict[str, Any]],
+def _whole(data: bytes | None, facts: list[FactsRecord],
            **settings: Any) -> tuple[bytes, list[dict[str, Any]]]:
     b = (TxnBucket("p", GRACE, **settings) if data is None else
          TxnBucket.from_bytes("p", data, GRACE, **settings))
@@ -63,12 +64,12 @@ def _anomalies(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return [(r["atype"], r["id"], r["body"]) for r in rows if r["kind"] == ANOMALY]
 
 
-def _transactions(seed: int, batches: int = 40) -> list[list[dict[str, Any]]]:
+def _transactions(seed: int, batches: int = 40) -> list[list[FactsRecord]]:
     """Batches of facts: each batch's new writers (op indices climbing across generations)
     write two or three keys, visible at once; some have writes found invisible a few batches
     later (torn; ``info`` ones also lost)."""
     rng = random.Random(seed)
-    out: list[list[dict[str, Any]]] = [[] for _ in range(batches + 5)]
+    out: list[list[FactsRecord]] = [[] for _ in range(batches + 5)]
     writer = 0
     for i in range(batches):
         t = (i + 1) * SECOND
@@ -90,8 +91,8 @@ def test_generations_judge_as_the_whole_bucket_does() -> None:
         store, whole = Store(retain_ns=FOREVER), None
         paged_found, whole_found = [], []
         for facts in _transactions(seed):
-            paged_found += _anomalies(store.run([dict(f) for f in facts]))
-            whole, out = _whole(whole, [dict(f) for f in facts], retain_ns=FOREVER)
+            paged_found += _anomalies(store.run(facts))
+            whole, out = _whole(whole, facts, retain_ns=FOREVER)
             whole_found += _anomalies(out)
         assert paged_found == whole_found
         types = {a[0] for a in paged_found}
