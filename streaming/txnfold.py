@@ -232,11 +232,18 @@ def _txn_of(row: tuple) -> TxnState:
 
 class TxnBucket:
     """One (probe, bucket)'s transaction stage. Whole (``gens`` None: every writer in
-    ``stage``) or in generations (``paged``: ``stage`` holds the writers of the generations
-    read this batch, ``loaded``, which ``read_gen`` reads on demand)."""
+    ``stage``) or in generations (``paged``: the generations this batch's facts fall in,
+    ``loaded``, are read on demand through ``read_gen`` into ``rows``, their writers as stored;
+    ``stage`` holds only the writers the facts name, made into the checker's states).
+
+    Rows stay rows: a batch's facts name a few writers of each generation they read (an
+    invisible fact, decided a grace period after the fact, reads a generation of thousands of
+    writers), and making every stored writer into the checker's objects and back cost more
+    than judging the facts (at 200k events a batch, three quarters of stage 2's Python)."""
 
     __slots__ = ("by_gen", "clock", "cluster", "gens", "loaded", "max_writers", "places",
-                 "probe", "read_gen", "removed", "stage", "stored", "timer_ms", "verdicts")
+                 "probe", "read_gen", "removed", "rows", "stage", "stored", "timer_ms",
+                 "verdicts")
 
     def __init__(self, probe: str, grace_ns: int, verdict_memory: int = 1024,
                  retain_ns: int | None = None, max_writers: int | None = None,
@@ -253,10 +260,12 @@ class TxnBucket:
         self.timer_ms: int | None = None  # (no timers: forgetting happens as facts arrive)
         self.gens: dict[int, GenInfo] | None = {} if paged else None
         self.stored: frozenset[int] = frozenset()  # generations in the store when loaded
-        self.loaded: set[int] = set()  # generations in ``stage`` (rewritten on save)
+        self.loaded: set[int] = set()  # generations read this batch (rewritten on save)
+        # writer -> row (``_row_of``) of each loaded generation, but those in ``stage``
+        self.rows: dict[int, dict[int, tuple]] = {}
         self.removed: set[int] = set()
         self.read_gen: GenReader | None = None
-        # ``stage``'s writers by generation, as the batch left them (None: not grouped yet)
+        # ``stage``'s writers by generation, while ``_settle_gens`` runs
         self.by_gen: dict[int, dict[int, TxnState]] | None = None
 
     def to_bytes(self) -> bytes:
@@ -286,9 +295,8 @@ class TxnBucket:
         """The head, the generations read this batch (all that can have changed) and those
         dropped. Only for a paged bucket."""
         assert self.gens is not None, "a whole bucket is saved with to_bytes"
-        by_gen = self.by_gen if self.by_gen is not None else _group_by_gen(self.stage.txns)
-        puts = {g: pickle.dumps({w: _row_of(ts) for w, ts in by_gen[g].items()}, protocol=5)
-                for g in self.loaded if g in by_gen}
+        puts = {g: pickle.dumps(self.rows[g], protocol=5) for g in self.loaded
+                if g in self.rows}
         for g, data in puts.items():
             self.gens[g] = dataclasses.replace(self.gens[g], nbytes=len(data))
         gens = {g: (i.latest, i.writers, i.nbytes) for g, i in self.gens.items()}
@@ -310,9 +318,10 @@ class TxnBucket:
             whole = cls.from_bytes(probe, head, grace_ns, verdict_memory, retain_ns,
                                    max_writers, cluster)
             b = cls(probe, grace_ns, verdict_memory, retain_ns, max_writers, cluster, True)
-            b.stage.txns = whole.stage.txns
+            for g, writers in _group_by_gen(whole.stage.txns).items():
+                b.rows[g] = {w: _row_of(ts) for w, ts in writers.items()}
             b.places, b.clock, b.verdicts = whole.places, whole.clock, whole.verdicts
-            b.loaded = {gen_of(w) for w in b.stage.txns}
+            b.loaded = set(b.rows)
             b.read_gen = read_gen
             return b
         _, places, verdicts, clock, gens = parts
@@ -324,24 +333,25 @@ class TxnBucket:
         b.read_gen = read_gen
         return b
 
-    def _load(self, gens: Iterable[int]) -> None:
-        """Read the generations ``gens`` into ``stage`` (those not read yet)."""
+    def _load(self, writers: Iterable[int]) -> None:
+        """Read the generations ``writers`` fall in (those not read yet) into ``rows``, and
+        make ``writers`` stored there the stage's."""
         assert self.gens is not None
-        for g in gens:
-            if g in self.loaded:
-                continue
-            self.loaded.add(g)
-            data = self.read_gen(g) if g in self.gens and self.read_gen else None
-            if data:
-                for w, row in pickle.loads(data).items():
-                    self.stage.txns[w] = _txn_of(row)
+        for w in writers:
+            g = gen_of(w)
+            if g not in self.loaded:
+                self.loaded.add(g)
+                data = self.read_gen(g) if g in self.gens and self.read_gen else None
+                self.rows[g] = pickle.loads(data) if data else {}
+            row = self.rows[g].pop(w, None)
+            if row is not None:
+                self.stage.txns[w] = _txn_of(row)
 
     def batch(self, records: list[FactsRecord]) -> list[dict[str, Any]]:
         """Apply facts records (``parse_facts``), then forget old writers."""
         facts = sorted(((f, r) for r in records for f in r.facts), key=_fact_order)
-        self.by_gen = None  # the stage changes below
         if self.gens is not None:
-            self._load({gen_of(f.writer) for f, _ in facts})
+            self._load(dict.fromkeys(f.writer for f, _ in facts))
         out: list[dict[str, Any]] = []
         sink = Sink()
         for f, r in facts:
@@ -369,15 +379,22 @@ class TxnBucket:
         retention dropped unread, the oldest dropped while the bucket is over its bound."""
         gens = self.gens
         assert gens is not None
-        self.by_gen = _group_by_gen(self.stage.txns)  # kept for ``to_parts``
+        self.by_gen = _group_by_gen(self.stage.txns)
+        retain = self.stage.retain_ns
+        # the writers the facts did not name are forgotten as ``stage.advance`` forgets
+        horizon = self.clock - retain if retain is not None and self.clock > 0 else None
         for g in list(self.loaded):
-            writers = self.by_gen.get(g)
-            if writers:
-                gens[g] = GenInfo(max(ts.time for ts in writers.values()), len(writers),
+            rows = self.rows.get(g, {})
+            if horizon is not None:
+                rows = {w: r for w, r in rows.items() if r[4] > horizon}
+            for w, ts in self.by_gen.get(g, {}).items():
+                rows[w] = _row_of(ts)
+            self.rows[g] = rows
+            if rows:
+                gens[g] = GenInfo(max(r[4] for r in rows.values()), len(rows),
                                   gens[g].nbytes if g in gens else 0)
             else:
                 self._drop(g)
-        retain = self.stage.retain_ns
         if retain is not None and self.clock > 0:
             for g in [g for g, i in gens.items() if i.latest <= self.clock - retain]:
                 self._drop(g)
@@ -395,6 +412,7 @@ class TxnBucket:
         self.removed.add(g)
         if g in self.loaded:
             self.loaded.discard(g)
+            self.rows.pop(g, None)
             assert self.by_gen is not None, "dropped only by _settle_gens, which groups first"
             for w in self.by_gen.pop(g, {}):
                 del self.stage.txns[w]

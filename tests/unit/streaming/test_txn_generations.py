@@ -8,6 +8,7 @@ from typing import Any
 
 from kmon.checker.sink import TxnFact
 from kmon.streaming import evidence as ev
+from kmon.streaming import txnfold
 from kmon.streaming.config import TXN_BUCKETS
 from kmon.streaming.keyfold import ANOMALY, facts_record
 from kmon.streaming.txnfold import GEN_SPAN, FactsRecord, TxnBucket, gen_of, parse_facts
@@ -150,3 +151,20 @@ def test_a_whole_bucket_from_an_older_checkpoint_goes_on_in_generations() -> Non
     assert set(store.gens) == {gen_of(writer)}
     reloaded = TxnBucket.from_parts("p", store.head, store._read, GRACE)
     assert reloaded.gens is not None and reloaded.gens[gen_of(writer)].writers == 1
+
+
+def test_a_batch_makes_only_the_writers_its_facts_name_into_the_checkers_states(
+        monkeypatch: Any) -> None:
+    store = Store(retain_ns=FOREVER)
+    store.run([fact("visible", 3 * GEN_SPAN + w, w % 4, SECOND) for w in range(1, 200)])
+    made: list[tuple] = []
+    real = txnfold._txn_of
+    monkeypatch.setattr(txnfold, "_txn_of", lambda row: made.append(row) or real(row))
+    found = _anomalies(store.run([fact("invisible", 3 * GEN_SPAN + 7, 5, 2 * SECOND, "info")]))
+    assert {a[0] for a in found} == {"torn-transaction", "lost-write"}
+    assert store.reads == [3] and len(made) == 1  # one of the generation's 199 writers
+    reloaded = TxnBucket.from_parts("p", store.head, store._read, GRACE).gens
+    assert reloaded is not None and reloaded[3].writers == 199  # the others kept as they were
+    made.clear()
+    again = _anomalies(store.run([fact("invisible", 3 * GEN_SPAN + 8, 6, 3 * SECOND, "info")]))
+    assert {a[0] for a in again} == {"torn-transaction", "lost-write"} and len(made) == 1
