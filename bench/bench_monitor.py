@@ -322,6 +322,11 @@ def latency(spark: Any, boot: str, root: Path, rate: int, seconds: float,
     rows = statistics.median(p["numInputRows"] for p in progress) if progress else 0
     say(f"  stage 1 at {rate:,}/s: median {rows:,.0f} events/batch; median seconds per phase: "
         + ", ".join(f"{k} {v:.2f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])))
+    txns = [p["durationMs"]["triggerExecution"] / 1000
+            for p in m.queries["transactions"].recentProgress if p["numInputRows"] > 0]
+    if txns:  # stage 2 shares the cores: its batches are what stage 1's slow ones overlap
+        say(f"  stage 2: {len(txns)} batches with facts, median {statistics.median(txns):.2f} s,"
+            f" max {max(txns):.2f} s")
     m.stop()
     lat = sorted(d - p for p, d in zip(produced, detected, strict=False))
     say(f"  {len(lat)} of {len(produced)} injected anomalies detected ({load()})")
