@@ -149,6 +149,7 @@ def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: in
     say(f"[throughput] producing {events:,} events ({load()})")
     produce_synthetic(boot, base.events_topic, events, event_rate)
     results: list[tuple[int, float, float]] = []
+    cpu_batches: list[tuple[int, dict[str, float]]] = []  # batch size, CPU seconds a batch
     consumed = 0
     state_bytes: dict[str, int] = {}
     rocksdb = (0, 0)
@@ -161,12 +162,16 @@ def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: in
         q = m.queries["keys"]
         want = batches + 2
         done: list[dict] = []
+        cpu0: tuple[int, dict] | None = None  # batches done, snapshot: once the first two are
         deadline = time.monotonic() + want * 30
         while len(done) < want and time.monotonic() < deadline:
             time.sleep(0.5)
             done = [p for p in q.recentProgress if p["numInputRows"] > 0]
+            if cpu0 is None and len(done) >= 2:
+                cpu0 = (len(done), cpu_snapshot())
             if not q.isActive:
                 break
+        per_batch = cpu_per_batch(cpu0, len(done))
         if consumed + sum(p["numInputRows"] for p in done) >= 1_000_000 and not state_bytes:
             state_bytes = dict(m.outputs.key_state_bytes)
             ops_ = done[-1]["stateOperators"] if done else []
@@ -188,9 +193,15 @@ def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: in
         say(f"  {rate:>7,} events/batch: median batch {med:.2f} s (max {max(durations):.2f}),"
             f" {'sustained' if med <= 1.0 else 'NOT sustained'}; processing {rate_done:,.0f}"
             f" events/s ({load()})")
+        if per_batch:
+            cores = os.cpu_count() or 1
+            total = sum(per_batch.values())
+            say(f"    CPU seconds a batch: {per_part(per_batch, 1)}; all {total:.2f} of the"
+                f" {cores * med:.2f} its median gives {cores} cores")
+        cpu_batches.append((rate, per_batch))
     sustained = max((r for r, med, _ in results if med <= 1.0), default=0)
     return {"sustained": sustained, "results": results, "state_bytes": state_bytes,
-            "rocksdb": rocksdb, "consumed": consumed}
+            "rocksdb": rocksdb, "consumed": consumed, "cpu": cpu_batches}
 
 
 # -- 4. detection latency ----------------------------------------------------------------------
@@ -358,9 +369,22 @@ def cpu_snapshot() -> dict[int, tuple[float, int, str]]:
 
 def cpu_split(before: dict, after: dict, seconds: float, producer: int | None,
               producer_cpu: float) -> str:
-    """Cores each part used between two snapshots: the monitor's JVM (the bench's child) and
-    its Python workers (the JVM's descendants), the brokers, the rest; the event producer
-    measures its own (``producer_cpu``: it may have exited before the second snapshot)."""
+    """Cores each part used between two snapshots (``cpu_used``), busiest first; the event
+    producer measures its own (``producer_cpu``: it may have exited before the second
+    snapshot)."""
+    used = {**cpu_used(before, after, producer), "producer": producer_cpu}
+    return per_part(used, seconds)
+
+
+def per_part(used: dict[str, float], divisor: float) -> str:
+    busiest = sorted(used.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {cpu / divisor:.2f}" for name, cpu in busiest)
+
+
+def cpu_used(before: dict, after: dict, producer: int | None = None) -> dict[str, float]:
+    """CPU seconds each part used between two snapshots: the monitor's JVM (the bench's
+    child) and its Python workers (the JVM's descendants), the brokers, the rest (``producer``,
+    the event producer's pid, left out)."""
     me = os.getpid()
     jvm = {pid for pid, (_, ppid, cmd) in after.items() if ppid == me and "SparkSubmit" in cmd}
     parent = {pid: ppid for pid, (_, ppid, _) in after.items()}
@@ -371,7 +395,7 @@ def cpu_split(before: dict, after: dict, seconds: float, producer: int | None,
         if pid in jvm:
             return "monitor JVM"
         if pid == producer:
-            return "producer"  # counted by itself
+            return "producer"
         p = parent.get(pid)
         while p:
             if p in jvm:
@@ -379,12 +403,21 @@ def cpu_split(before: dict, after: dict, seconds: float, producer: int | None,
             p = parent.get(p)
         return "bench and other"
 
-    used: dict[str, float] = {"producer": producer_cpu}
+    used: dict[str, float] = {}
     for pid, (cpu, _, _) in after.items():
         if (name := part(pid)) != "producer":
             used[name] = used.get(name, 0.0) + cpu - before.get(pid, (0.0, 0, ""))[0]
-    busiest = sorted(used.items(), key=lambda kv: -kv[1])
-    return ", ".join(f"{name} {cpu / seconds:.2f}" for name, cpu in busiest)
+    return used
+
+
+def cpu_per_batch(start: tuple[int, dict] | None, batches_done: int) -> dict[str, float]:
+    """CPU seconds a batch, by part, from ``start`` (batches done then, a snapshot) to now:
+    empty unless batches completed in between. A batch running at either end is counted in
+    part, one ending roughly offsetting the other."""
+    if start is None or batches_done <= start[0]:
+        return {}
+    used = cpu_used(start[1], cpu_snapshot())
+    return {name: cpu / (batches_done - start[0]) for name, cpu in used.items()}
 
 
 def _busy_batches(query: Any) -> int:
@@ -472,6 +505,16 @@ def main() -> int:
     if pandas and best:
         say(f"best processing rate (any batch size): {best:,.0f} events/s = "
             f"{best / pandas:.2f} x the ceiling")
+    cores = os.cpu_count() or 1
+    for rate, per_batch in thr.get("cpu", []):
+        if not per_batch:
+            continue
+        say(f"  {rate:>7,}/batch: CPU seconds a batch {sum(per_batch.values()):.2f} "
+            f"({per_part(per_batch, 1)})")
+        if pandas:
+            budget = rate / (0.8 * pandas)
+            say(f"    at 0.8 x the ceiling a batch of {rate:,} has {budget:.2f} s: "
+                f"{cores * budget:.2f} CPU seconds on {cores} cores, brokers included")
     sb = sorted(thr["state_bytes"].values())
     if sb:
         say(f"state per key after {thr['consumed']:,} events: median {statistics.median(sb):,.0f}"
