@@ -55,6 +55,7 @@ bench: setup
 	$(BIN)/python bench/bench_checker.py
 	$(BIN)/python bench/bench_monitor.py
 	$(BIN)/python bench/bench_state.py
+	$(BIN)/python bench/bench_key_call.py
 	$(BIN)/python bench/bench_evidence.py
 	$(BIN)/python bench/bench_series.py
 
