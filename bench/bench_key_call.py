@@ -3,9 +3,10 @@
 The monitor's stage 1 makes one call per key and micro-batch: load the key's state (head and
 cold pages), fold its fragments, save what changed. ``KMON_MONITOR_PROFILE=1`` times those
 phases inside Spark's Python workers, where loading and saving include the state server's
-round trips; this bench times the same ``KeyFold`` code with the store replaced by a dict, so
-the two together tell kmon's Python (unpickling, joining pages, rebuilding the value index;
-``to_parts``, diffing pages) from the platform's calls.
+round trips; this bench times the same ``KeyFold`` code with the store replaced by dicts (the
+unit tests' ``KeyStore``, whose check that a save's pages match adds a byte comparison to the
+save's time), so the two together tell kmon's Python (unpickling, joining pages, rebuilding
+the value index; ``to_parts``, diffing pages) from the platform's calls.
 
 The bench's workload (``kmon.synth.healthy``: 64 keys, 16 processes; event time at
 ``--event-rate``, 30k events/s as ``bench_monitor.py`` produces it), split into fragments as
@@ -27,52 +28,24 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from kmon.history.events import event_of
 from kmon.history.fragment import Fragment
 from kmon.history.model import Op
-from kmon.streaming import config, monitor, replay, state_pages
-from kmon.streaming.keyfold import FoldSettings, KeyFold
+from kmon.streaming import config, monitor, replay
+from kmon.streaming.keyfold import FoldSettings
 from kmon.synth import SynthConfig, healthy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The unit tests' model of the processor's store: a head and a map of cold pages per key.
+from tests.unit.streaming.online import KeyStore
 
 SECOND = 1_000_000_000
 PHASES = ("load", "fold", "save")
 WARM = 2  # batches left out: the windows are still filling
-
-
-@dataclass
-class Store:
-    """Keys' state as the processor stores it: a head value and a map of cold pages per key."""
-
-    heads: dict[Any, bytes] = field(default_factory=dict)
-    pages: dict[Any, dict[int, bytes]] = field(default_factory=dict)
-
-    def load(self, probe: str, key: Any, s: FoldSettings) -> KeyFold:
-        head = self.heads.get(key)
-        if head is None:
-            return KeyFold(probe, key, s)
-        stored = self.pages.get(key, {})
-
-        def read(tokens: dict[int, int]) -> dict[int, state_pages.Page]:
-            return {p: state_pages.Page(tokens[p], stored[p]) for p in tokens}
-
-        return KeyFold.from_parts(probe, head, read, s)
-
-    def save(self, key: Any, kf: KeyFold) -> tuple[int, int]:
-        """Store ``kf``'s state: (pages put, pages removed)."""
-        saved = kf.to_parts(kf.settings.page_slots)
-        stored = self.pages.setdefault(key, {})
-        stored.update({p: page.data for p, page in saved.writes.put.items()})
-        for p in saved.writes.removed:
-            del stored[p]
-        self.heads[key] = saved.head
-        kf.pages = saved.pages
-        return len(saved.writes.put), len(saved.writes.removed)
-
-    def size(self, key: Any) -> int:
-        return len(self.heads[key]) + sum(map(len, self.pages.get(key, {}).values()))
 
 
 @dataclass
@@ -104,33 +77,33 @@ def fragments(ops: list[Op]) -> dict[Any, list[Fragment]]:
     return by_key
 
 
-def run_batch(store: Store, frags: dict[Any, list[Fragment]], s: FoldSettings,
+def run_batch(store: KeyStore, frags: dict[Any, list[Fragment]], s: FoldSettings,
               watermark_ns: int) -> BatchFigures:
+    """One batch's key calls, every load reading the store's pages (no worker copy)."""
     spent = dict.fromkeys(PHASES, 0.0)
-    puts = removes = 0
+    puts, removes = store.page_puts, store.page_removes
     for key, frs in frags.items():
         t0 = time.perf_counter()
         kf = store.load("bench", key, s)
         t1 = time.perf_counter()
         kf.batch(frs, None, watermark_ns)
         t2 = time.perf_counter()
-        put, removed = store.save(key, kf)
+        store.save(key, kf)
         t3 = time.perf_counter()
         spent["load"] += t1 - t0
         spent["fold"] += t2 - t1
         spent["save"] += t3 - t2
-        puts, removes = puts + put, removes + removed
     calls = max(len(frags), 1)
     keys = list(store.heads)
     return BatchFigures(
         calls=len(frags), ms={p: v / calls * 1e3 for p, v in spent.items()},
         state_kb=statistics.mean(map(store.size, keys)) / 1e3,
         head_kb=statistics.mean(len(store.heads[k]) for k in keys) / 1e3,
-        puts=puts / calls, removes=removes / calls)
+        puts=(store.page_puts - puts) / calls, removes=(store.page_removes - removes) / calls)
 
 
 def bench(ops: list[Op], batch: int, s: FoldSettings, delay_ns: int) -> list[BatchFigures]:
-    store = Store()
+    store = KeyStore()
     out = []
     latest = 0
     watermark = 0

@@ -47,6 +47,7 @@ class KeyStore:
         self.pages: dict[Any, dict[int, bytes]] = {}
         self.written = 0  # bytes put, heads and pages
         self.page_puts = 0
+        self.page_removes = 0
         self.cache = cache
 
     def load(self, probe: str, key: Any, s: FoldSettings) -> KeyFold:
@@ -67,6 +68,7 @@ class KeyStore:
         stored = self.pages.setdefault(key, {})
         stored.update({p: page.data for p, page in saved.writes.put.items()})
         self.page_puts += len(saved.writes.put)
+        self.page_removes += len(saved.writes.removed)
         for p in saved.writes.removed:
             del stored[p]
         # what was loaded, with the changes, is the new state

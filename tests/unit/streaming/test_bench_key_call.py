@@ -1,4 +1,4 @@
-"""bench/bench_key_call.py: its dict store keeps what the processor's state store keeps."""
+"""bench/bench_key_call.py: what it times are real key calls over paged state."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_store_round_trips_paged_state(bench):
     cfg = config.from_mapping({"kafka.bootstrap.servers": "unused:9092", "checkpoint": "x"})
     s = monitor.fold_settings(cfg)
     ops = bench.workload(120_000, 30_000)
-    store = bench.Store()
+    store = bench.KeyStore()
     watermark = 0
     for start in range(0, len(ops), 20_000):
         chunk = ops[start:start + 20_000]
