@@ -102,6 +102,21 @@ class PartitionState:
     isr: list[int]
 
 
+def new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, base64url without padding, never starting with
+    ``-`` (Kafka's ``Uuid.randomUuid`` rejects those too: a command line reads them as flags)."""
+    while True:
+        raw = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not raw.startswith("-"):
+            return raw
+
+
+def cluster_id_arg(cluster_id: str) -> str:
+    """kafka-storage's cluster id option in one word, so an id of an older cluster that does
+    start with ``-`` is read as the value (one id in 64 did; its format then failed)."""
+    return f"--cluster-id={cluster_id}"
+
+
 class LocalCluster:
     """Handle on the local cluster at ``home`` and ``port_base`` (defaults from ``kmon.env``).
 
@@ -607,9 +622,7 @@ class LocalCluster:
         path = self.root / "cluster.id"
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
-            # Kafka's cluster ids are 16 random bytes, base64url without padding.
-            raw = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            path.write_text(raw + "\n")
+            path.write_text(new_cluster_id() + "\n")
         return path.read_text().strip()
 
     def _format_storage(self) -> None:
@@ -629,7 +642,7 @@ class LocalCluster:
                 continue
             cmd = [
                 java, *self._log_opts(n), "-cp", dist.classpath, STORAGE_TOOL, "format",
-                "-t", cluster_id, "-c", str(self.config_path(n)), "--ignore-formatted",
+                cluster_id_arg(cluster_id), "-c", str(self.config_path(n)), "--ignore-formatted",
             ]
             pending[n] = subprocess.Popen(
                 cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

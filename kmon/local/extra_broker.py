@@ -21,7 +21,14 @@ from pathlib import Path
 
 from kmon.local import procs
 from kmon.local.artifacts import installed_kafka
-from kmon.local.cluster import HERE, MAIN_CLASS, STORAGE_TOOL, ClusterError, LocalCluster
+from kmon.local.cluster import (
+    HERE,
+    MAIN_CLASS,
+    STORAGE_TOOL,
+    ClusterError,
+    LocalCluster,
+    cluster_id_arg,
+)
 from kmon.local.java import find_java
 from kmon.local.kafka_config import DEFAULTS, render_properties
 from kmon.local.ports import BROKER_IDS
@@ -105,8 +112,8 @@ class ExtraBroker:
         cluster_id = self.cluster.cluster_id
         if cluster_id is None:
             raise ClusterError("the local cluster has no id yet: bring it up first")
-        cmd = [*self._java(), STORAGE_TOOL, "format", "-t", cluster_id, "-c", str(self.config),
-               "--ignore-formatted"]
+        cmd = [*self._java(), STORAGE_TOOL, "format", cluster_id_arg(cluster_id),
+               "-c", str(self.config), "--ignore-formatted"]
         done = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                               timeout=300, check=False)
         if done.returncode != 0:
