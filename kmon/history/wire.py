@@ -463,6 +463,7 @@ def _note_typed_keys(
             m[1]
             for m in value
             if isinstance(m, list)
+            and m  # an empty mop is rejected when the op's value is read
             and len(m) >= (2 if m[0] == "share-read" else 3)
             and m[0] in _TYPED_MOPS
             and type(m[1]) in (int, str)

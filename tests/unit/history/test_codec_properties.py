@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import fastavro
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -374,3 +375,14 @@ def test_corrupted_events_decode_or_raise_decode_error(op, data):
         buf[i] = data.draw(st.integers(0, 255))
     with contextlib.suppress(DecodeError):
         decode_op(bytes(buf))
+
+
+@pytest.mark.parametrize("mop", [[], [None], [7, 1, 2], [["send"]], {}, "send"])
+@pytest.mark.parametrize("f", ["send", "poll", "txn", "share-poll"])
+def test_a_malformed_mop_is_a_history_error_naming_it(f, mop):
+    # An empty mop once raised IndexError while the loader noted the op's typed keys
+    # (Hypothesis found `"value": [[]]`).
+    line = json.dumps({"index": 0, "time": 0, "type": "invoke", "process": 0, "f": f,
+                       "value": [mop]})
+    with pytest.raises(HistoryError, match=r'"value\[0\]"'):
+        loads(line, "jsonl")
