@@ -6,10 +6,12 @@ in three matrix runs; in a child it takes down that probe only, and the matrix c
 and run the row again instead of losing the test run or the monitor with it.
 
 The child writes the history file itself and sends back the probe id once started, and the
-workload's summary and metrics once shut down. Its stacks go to stderr if it crashes, if
-its shutdown takes longer than ``SHUTDOWN_DUMP_AFTER``, or if it sends nothing in time (a
-SIGUSR1 before the kill): a hang is then diagnosable from the log, even one where a thread
-holds the GIL inside the native client and no Python code runs at all.
+workload's summary and metrics once shut down. Its stacks go to a file beside the history
+(``stacks_path``) if it crashes, if its shutdown takes longer than ``SHUTDOWN_DUMP_AFTER``,
+or if it sends nothing in time (a SIGUSR1 before the kill), and ``ProbeDied`` names each
+thread's innermost frame: a hang is diagnosable from the error alone, even one where a
+thread holds the GIL inside the native client and no Python code runs at all, and even
+where a test run captured (and dropped) the child's stderr.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kmon.probes.stacks import DUMP_SIGNAL, enable_stack_dumps
+from kmon.probes.stacks import DUMP_SIGNAL, enable_stack_dumps, innermost_frames
 
 log = logging.getLogger("kmon.nemesis.probe")
 
@@ -38,6 +40,11 @@ DUMP_WAIT = 3.0  # for that dump to be written before the kill
 
 class ProbeDied(RuntimeError):
     """The probe's process ended without a summary (a crash in the native client)."""
+
+
+def stacks_path(history: Path) -> Path:
+    """Where the child of ``history`` writes its stacks."""
+    return history.with_name(history.name + ".stacks")
 
 
 class ProbeChild:
@@ -125,20 +132,38 @@ class ProbeChild:
         self._proc.join(5)
         code = self._proc.exitcode
         if code is None:
-            self._dump_stacks()
+            since = self._dump_stacks()
             self._proc.kill()
-            raise ProbeDied(f"the probe process sent nothing within {timeout:.0f}s of {what}")
-        raise ProbeDied(f"the probe process died during {what}: {_exit_text(code)}")
+            raise ProbeDied(f"the probe process sent nothing within {timeout:.0f}s of {what}"
+                            f"{self._stacks_text(since)}")
+        raise ProbeDied(f"the probe process died during {what}: {_exit_text(code)}"
+                        f"{self._stacks_text(0)}")
 
-    def _dump_stacks(self) -> None:
-        """Ask the silent child for every thread's stack (on its stderr), then wait a moment:
-        faulthandler writes them from a signal handler, so a process whose Python is frozen
-        (the GIL held in a native call that never returns) still shows where."""
+    def _dump_stacks(self) -> int:
+        """Ask the silent child for every thread's stack (in its stacks file), then wait a
+        moment: faulthandler writes them from a signal handler, so a process whose Python is
+        frozen (the GIL held in a native call that never returns) still shows where. Returns
+        the file's size before the dump, where this dump begins."""
+        path = stacks_path(self.history)
+        since = path.stat().st_size if path.exists() else 0
         with contextlib.suppress(ProcessLookupError):
             os.kill(self._proc.pid, DUMP_SIGNAL)
-            log.warning("the probe process (pid %d) is silent: its stacks follow on stderr",
-                        self._proc.pid)
+            log.warning("the probe process (pid %d) is silent: its stacks go to %s",
+                        self._proc.pid, path)
             time.sleep(DUMP_WAIT)
+        return since
+
+    def _stacks_text(self, since: int) -> str:
+        """``; innermost frames: ... (stacks in PATH)`` from the stacks file's dumps after
+        byte ``since``; "" if none was written."""
+        path = stacks_path(self.history)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                f.seek(since)
+                frames = innermost_frames(f.read())
+        except OSError:
+            return ""
+        return f"; innermost frames: {frames} (stacks in {path})" if frames else ""
 
 
 def _exit_text(code: int) -> str:
@@ -155,7 +180,9 @@ def _child_main(overrides: dict[str, str], history: str, conn: Any, dump_after: 
                         format="%(asctime)s probe[%(process)d] %(name)s: %(message)s")
     # The parent ends the child through the pipe; ^C in a terminal goes to the parent.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    enable_stack_dumps()  # on a crash, and on the parent's DUMP_SIGNAL when it hangs
+    # On a crash, and on the parent's DUMP_SIGNAL when it hangs; kept open to the exit.
+    stacks = open(stacks_path(Path(history)), "w", buffering=1, encoding="utf-8")  # noqa: SIM115
+    enable_stack_dumps(stacks)
     from prometheus_client import generate_latest
 
     from kmon.probes import config as probe_config
@@ -169,7 +196,7 @@ def _child_main(overrides: dict[str, str], history: str, conn: Any, dump_after: 
             conn.send(("started", cfg.probe_id))
             with contextlib.suppress(EOFError):  # EOF: the parent is gone
                 conn.recv()  # "stop"
-            faulthandler.dump_traceback_later(dump_after)
+            faulthandler.dump_traceback_later(dump_after, file=stacks)
             try:
                 summary = wl.shutdown()
             finally:
