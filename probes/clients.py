@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import sys
 import threading
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -245,7 +247,12 @@ def _culprit(cfg: ProbeConfig, section: str, make: Callable[[ProbeConfig], Any])
 
 class Hung(Exception):
     """A client call outlived its own timeout (librdkafka #5456: send_offsets_to_transaction
-    can ignore its timeout while a coordinator is down)."""
+    can ignore its timeout while a coordinator is down). ``stack``: where the call's thread
+    was when it was given up on ("" if unknown)."""
+
+    def __init__(self, message: str, stack: str = "") -> None:
+        super().__init__(message)
+        self.stack = stack
 
 
 # What a ``Hung`` says, and so an op's error after one: read back by history checks.
@@ -281,7 +288,9 @@ def bounded(fn: Callable[..., Any], *args: Any, timeout: float, name: str,
     with lock:  # decides, once, between the call's result and Hung (and so ``late``)
         if "done" not in box:
             box["abandoned"] = True
-            raise Hung(f"{name} {HUNG_TEXT} {timeout:g}s")
+            frame = sys._current_frames().get(t.ident or 0)
+            stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+            raise Hung(f"{name} {HUNG_TEXT} {timeout:g}s", stack)
     if "error" in box:
         raise box["error"]
     return box.get("value")

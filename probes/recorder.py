@@ -73,6 +73,10 @@ class Recorder:
         self.lock = threading.Lock()
         self.next_index = 0
         self.pending: dict[int, Pending] = {}
+        # Processes whose call hung past every bound (``retire``), or all (``seal``): a hung
+        # call that returns later must not add ops after the info that ended its process.
+        self.retired: set[int] = set()
+        self.sealed = False
         self.last_time = 0
         self.outcomes: Counter[str] = Counter()  # "<f> <type>" of each completion
 
@@ -82,6 +86,8 @@ class Recorder:
     def invoke(self, process: int, f: str, value: Any, meta: OpMeta | None = None) -> Op:
         meta = meta if meta is not None else self.meta()
         with self.lock:
+            if self.sealed or process in self.retired:  # a late return: kept out
+                return Op(-1, time.time_ns(), process, "invoke", f, value, (), meta)
             if process in self.pending:
                 raise RuntimeError(f"process {process} invoked {f} with an op still pending")
             op = self._record(process, "invoke", f, value, (), meta)
@@ -110,11 +116,26 @@ class Recorder:
                                read_records=_read_records(op.value))
         return op
 
-    def complete_abandoned(self, reason: str) -> int:
-        """Complete every pending op as info (shutdown while ops hang); returns how many."""
+    def retire(self, process: int, reason: str) -> bool:
+        """Complete ``process``'s pending op as info and record nothing of it afterwards (its
+        call hung and may return some day); True if an op was pending."""
+        with self.lock:
+            self.retired.add(process)
+        return self.complete_abandoned_process(process, reason)
+
+    def retire_pending(self, reason: str) -> int:
+        """``retire`` every process with an op pending (shutdown while ops hang); returns
+        how many."""
         with self.lock:
             stuck = list(self.pending)
-        return sum(self.complete_abandoned_process(p, reason) for p in stuck)
+        return sum(self.retire(p, reason) for p in stuck)
+
+    def seal(self, reason: str) -> int:
+        """Record nothing more: the history ends here, however many calls still hang; each
+        op still pending is completed as info. Returns how many were."""
+        with self.lock:
+            self.sealed = True
+        return self.retire_pending(reason)
 
     def complete_abandoned_process(self, process: int, reason: str) -> bool:
         """Complete ``process``'s pending op, if any, as info with ``reason`` as its error."""

@@ -301,7 +301,7 @@ class Workload:
                 if t.is_alive() and t.ident in frames:
                     stack = "".join(traceback.format_stack(frames[t.ident]))
                     log.warning("%s is stuck in:\n%s", t.name, stack)
-            self.abandoned = self.recorder.complete_abandoned(
+            self.abandoned = self.recorder.retire_pending(
                 "probe shut down before the op completed")
         if cfg.final_read_timeout > 0:
             self.final_read = self._final_read()
@@ -310,6 +310,8 @@ class Workload:
                 proc.close_clients()
         if self._maintenance is not None:
             self._maintenance.join(2.0)
+        # The history ends here: a call still hung that returns later adds nothing to it.
+        self.abandoned += self.recorder.seal("probe shut down before the op completed")
         undelivered = self.emitter.close(timeout=30.0) if self.emitter is not None else 0
         self.recorder.flush()
         self.metrics.up.set(0)
@@ -320,15 +322,32 @@ class Workload:
     def _final_read(self) -> CatchUp | None:
         """Read every key up to its end, as a fresh process of the assign group. A key left
         short leaves its acknowledged values unread, which the checker must call ``unseen``:
-        the warning names the keys, so that such a verdict comes with its reason."""
-        reader = Process(self.cfg.processes, self, random.Random(self.rng.random()))
+        the warning names the keys, so that such a verdict comes with its reason.
+
+        The read runs on a helper thread, bounded: a librdkafka call that never returns
+        (CI saw a poll hang past 300 s after DeleteRecords) must not keep the shutdown from
+        flushing the op events. The reader is then retired, its client abandoned."""
+        cfg = self.cfg
+        reader = Process(cfg.processes, self, random.Random(self.rng.random()))
+        given_up = threading.Event()
+        bound = cfg.final_read_timeout + cfg.poll_timeout + 3 * cfg.op_timeout
+        began = time.monotonic()
         try:
-            done = reader.catch_up(self.cfg.final_read_timeout, lambda: False)
+            done = C.bounded(reader.catch_up, cfg.final_read_timeout, given_up.is_set,
+                             timeout=bound, name="final-read")
+        except C.Hung as e:
+            given_up.set()
+            self.recorder.retire(reader.pid, f"final read: {e}")
+            self.abandoned_clients.append(reader)  # its clients stay referenced, unclosed
+            log.warning("final read still in a client call after %.0fs: abandoned, in:\n%s",
+                        bound, e.stack)
+            return CatchUp(0, False, sorted(self.keyspace.readable_keys()),
+                           time.monotonic() - began)
         except Exception:
             log.exception("final read failed")
-            return None
-        finally:
             reader.close_clients()
+            return None
+        reader.close_clients()
         if not done.reached:
             log.warning("final read: %d keys not read to their end in %.1fs (%s): their "
                         "acknowledged values may be reported unseen", len(done.short),

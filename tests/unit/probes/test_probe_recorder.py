@@ -63,13 +63,32 @@ def test_shutdown_completes_pending_ops_as_info(metrics: ProbeMetrics) -> None:
                rec.meta(transactional_id="t-0", txn_seq=4))
     rec.invoke(1, "poll", [("poll", None)])
     rec.complete(1, "ok", [("poll", {})])
-    assert rec.complete_abandoned("probe shut down") == 1
-    # The op's own late completion is dropped: the history already said info.
+    assert rec.retire_pending("probe shut down") == 1
+    # The op's own late completion is dropped: the history already said info; and so is
+    # what the process's hung call does next once it returns (an info ends a process).
     assert rec.complete(0, "ok", [("send", 1, 10, 5)]) is None
+    rec.invoke(0, "commit", [("commit", 1, 6)])
+    rec.invoke(1, "poll", [("poll", None)])  # a process that was not hung goes on
+    rec.complete(1, "ok", [("poll", {})])
     ops = list(iter_jsonl(out.getvalue().splitlines()))
+    assert [(o.process, o.type, o.f) for o in ops[-3:]] == [
+        (0, "info", "txn"), (1, "invoke", "poll"), (1, "ok", "poll")]
+    ops = [o for o in ops if o.index < ops[-2].index]
     last = ops[-1]
     assert (last.process, last.type, last.f) == (0, "info", "txn")
     assert last.meta.error == "probe shut down" and last.meta.txn_seq == 4
+    assert check(ops).valid
+
+
+def test_a_sealed_history_records_nothing_more(metrics: ProbeMetrics) -> None:
+    out = io.StringIO()
+    rec = Recorder("p.1", metrics, history=out)
+    rec.invoke(2, "poll", [("poll", None)])
+    assert rec.seal("probe shut down") == 1
+    rec.invoke(3, "poll", [("poll", None)])
+    assert rec.complete(3, "ok", [("poll", {})]) is None
+    ops = list(iter_jsonl(out.getvalue().splitlines()))
+    assert [(o.process, o.type) for o in ops] == [(2, "invoke"), (2, "info")]
     assert check(ops).valid
 
 
