@@ -281,7 +281,7 @@ class Matrix:
     def _probe_died(self, r: RowResult, exc: ProbeDied) -> None:
         log.warning("row %s: %s", r.name, exc)
         self.probe_deaths.append(f"{r.name}: {exc}")
-        r.error = f"the probe's process crashed: {exc}"
+        r.error = f"the probe's process failed: {exc}"
 
     def _run_fault(self, s: Scenario, r: RowResult) -> None:
         assert s.make_fault is not None
