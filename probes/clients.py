@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
-import sys
 import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from kmon.history.model import START_CLIENT, START_COMMITTED, START_RESET, Start
 from kmon.probes.config import ConfigError, ProbeConfig
 from kmon.probes.metrics import ProbeIdentity
+from kmon.probes.stacks import stack_of
 
 log = logging.getLogger("kmon.probes")
 # librdkafka's own log lines (refused connections while a broker is down, ...) go to Python
@@ -288,9 +287,7 @@ def bounded(fn: Callable[..., Any], *args: Any, timeout: float, name: str,
     with lock:  # decides, once, between the call's result and Hung (and so ``late``)
         if "done" not in box:
             box["abandoned"] = True
-            frame = sys._current_frames().get(t.ident or 0)
-            stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
-            raise Hung(f"{name} {HUNG_TEXT} {timeout:g}s", stack)
+            raise Hung(f"{name} {HUNG_TEXT} {timeout:g}s", stack_of(t))
     if "error" in box:
         raise box["error"]
     return box.get("value")

@@ -10,6 +10,8 @@ import faulthandler
 import re
 import signal
 import sys
+import threading
+import traceback
 from collections import Counter
 from typing import TextIO
 
@@ -26,6 +28,15 @@ def enable_stack_dumps(file: TextIO | None = None) -> None:
     out = file if file is not None else sys.stderr
     faulthandler.enable(file=out, all_threads=True)
     faulthandler.register(DUMP_SIGNAL, file=out, all_threads=True)
+
+
+def stack_of(thread: threading.Thread) -> str:
+    """``thread``'s Python stack now, as a traceback prints it; "" if it is not running
+    (a finished thread's ident may belong to another thread by now)."""
+    if not thread.is_alive():
+        return ""
+    frame = sys._current_frames().get(thread.ident or 0)
+    return "".join(traceback.format_stack(frame)) if frame is not None else ""
 
 
 def innermost_frames(dump: str, most: int = 6) -> str:

@@ -17,10 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import sys
 import threading
 import time
-import traceback
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -37,6 +35,7 @@ from kmon.probes.outcome import error_name
 from kmon.probes.process import ASSIGN, SUBSCRIBE, CatchUp, Process
 from kmon.probes.recorder import Emitter, Recorder
 from kmon.probes.share import ShareProcess, configure_group, run_share
+from kmon.probes.stacks import stack_of
 
 log = logging.getLogger("kmon.probes")
 
@@ -203,18 +202,17 @@ class Workload:
         now = time.time_ns()
         with self.recorder.lock:
             pending = {p: op for p, op in self.recorder.pending.items()}
-        frames = sys._current_frames()
         for proc, t in zip(self.processes, self.threads, strict=True):
             op = pending.get(proc.pid)
             if op is None or (now - op.invoke_time) / 1e9 < limit:
                 continue
             key = (proc.pid, op.invoke_time)
-            if key in self._reported_stuck or t.ident not in frames:
+            stack = "" if key in self._reported_stuck else stack_of(t)
+            if not stack:
                 continue
             self._reported_stuck.add(key)
             log.warning("process %d has been in a %s op for %.0fs, in:\n%s", proc.pid, op.f,
-                        (now - op.invoke_time) / 1e9,
-                        "".join(traceback.format_stack(frames[t.ident])))
+                        (now - op.invoke_time) / 1e9, stack)
 
     def _loop(self, proc: Process) -> None:
         while not self.stopping.is_set():
@@ -296,10 +294,9 @@ class Workload:
         if hung:
             log.warning("%d processes still in an op after %.0fs: reported info", len(hung),
                         budget)
-            frames = sys._current_frames()
             for t in self.threads:
-                if t.is_alive() and t.ident in frames:
-                    stack = "".join(traceback.format_stack(frames[t.ident]))
+                stack = stack_of(t)
+                if stack:
                     log.warning("%s is stuck in:\n%s", t.name, stack)
             self.abandoned = self.recorder.retire_pending(
                 "probe shut down before the op completed")
@@ -337,7 +334,7 @@ class Workload:
                              timeout=bound, name="final-read")
         except C.Hung as e:
             given_up.set()
-            self.recorder.retire(reader.pid, f"final read: {e}")
+            self.abandoned += self.recorder.retire(reader.pid, f"final read: {e}")
             self.abandoned_clients.append(reader)  # its clients stay referenced, unclosed
             log.warning("final read still in a client call after %.0fs: abandoned, in:\n%s",
                         bound, e.stack)

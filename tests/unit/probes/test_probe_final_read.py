@@ -83,5 +83,6 @@ def test_the_shutdown_after_a_hung_final_read_completes(consumer: HangingConsume
     consumer.release.set()
     assert summary["final_read"]["reached"] is False, summary["final_read"]
     assert summary["hung_clients"] == 1
+    assert summary["abandoned_ops"] == 1  # the reader's poll, completed info
     bound = 0.5 + 0.1 + 3 * 0.2
     assert time.monotonic() - began < bound + 5.0  # not the hang's length: no release came

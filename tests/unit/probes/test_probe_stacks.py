@@ -6,7 +6,7 @@ import faulthandler
 import threading
 from pathlib import Path
 
-from kmon.probes.stacks import innermost_frames
+from kmon.probes.stacks import innermost_frames, stack_of
 
 DUMP = '''\
 Thread 0x00007f0000000002 (most recent call first):
@@ -53,3 +53,15 @@ def test_a_real_dump_names_the_call_a_thread_waits_in(tmp_path: Path) -> None:
     frames = innermost_frames(path.read_text())
     assert "wait (threading.py:" in frames, frames
     assert "test_a_real_dump_names_the_call_a_thread_waits_in (test_probe_stacks.py:" in frames
+
+
+def test_a_thread_s_stack_is_where_it_waits_and_a_finished_one_has_none() -> None:
+    release = threading.Event()
+    waiter = threading.Thread(target=release.wait, name="waiter", daemon=True)
+    waiter.start()
+    try:
+        assert "in wait" in stack_of(waiter), stack_of(waiter)
+    finally:
+        release.set()
+        waiter.join()
+    assert stack_of(waiter) == ""
