@@ -71,7 +71,7 @@ def test_a_hung_final_read_is_abandoned_at_its_bound(consumer: HangingConsumer) 
     poll = [o for o in ops if o.f == "poll"]
     assert [o.type for o in poll] == ["invoke", "info"], poll
     assert "final read: final-read did not return within" in (poll[-1].meta.error or "")
-    assert ops[-1] is not None and ops[-1] == poll[-1]  # nothing after its info
+    assert ops[-1] == poll[-1]  # nothing after its info
     assert check(ops).valid
 
 
