@@ -328,16 +328,14 @@ def latency(spark: Any, boot: str, root: Path, rate: int, seconds: float,
     progress = [p for p in keys.recentProgress
                 if p["numInputRows"] > 0 and p["batchId"] > warm_from]
     batches = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
-    phases = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress) / 1000
-              for k in (progress[-1]["durationMs"] if progress else {})}
     rows = statistics.median(p["numInputRows"] for p in progress) if progress else 0
-    say(f"  stage 1 at {rate:,}/s: median {rows:,.0f} events/batch; median seconds per phase: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])))
-    txns = [p["durationMs"]["triggerExecution"] / 1000
-            for p in m.queries["transactions"].recentProgress if p["numInputRows"] > 0]
+    say(f"  stage 1 at {rate:,}/s: median {rows:,.0f} events/batch, "
+        f"{statistics.median(batches) if batches else 0:.2f} s; " + _phases(progress))
+    stage2 = [p for p in m.queries["transactions"].recentProgress if p["numInputRows"] > 0]
+    txns = [p["durationMs"]["triggerExecution"] / 1000 for p in stage2]
     if txns:  # stage 2 shares the cores: its batches are what stage 1's slow ones overlap
         say(f"  stage 2: {len(txns)} batches with facts, median {statistics.median(txns):.2f} s,"
-            f" max {max(txns):.2f} s")
+            f" max {max(txns):.2f} s; " + _phases(stage2))
     m.stop()
     lat = sorted(d - p for p, d in zip(produced, detected, strict=False))
     say(f"  {len(lat)} of {len(produced)} injected anomalies detected ({load()})")
@@ -346,6 +344,20 @@ def latency(spark: Any, boot: str, root: Path, rate: int, seconds: float,
 
 
 WARM_BATCHES = 5
+
+
+def _phases(progress: list[dict[str, Any]]) -> str:
+    """Median seconds per phase of a query's batches, and its state operators' update and
+    commit times, longest first."""
+    if not progress:
+        return "no batches"
+    phases = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress) / 1000
+              for k in progress[-1]["durationMs"] if k != "triggerExecution"}
+    for k in ("allUpdatesTimeMs", "commitTimeMs"):
+        phases["state " + k[:-6]] = statistics.median(
+            sum(op.get(k, 0) for op in p.get("stateOperators", [])) for p in progress) / 1000
+    return "median seconds per phase: " + ", ".join(
+        f"{k} {v:.2f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1]) if v >= 0.005)
 
 
 # -- where the cores went ------------------------------------------------------------------------
