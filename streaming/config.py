@@ -18,7 +18,8 @@ Keys (``KEYS`` has each key's meaning; ``docs/monitor.md`` the full table):
 - output topics the monitor creates: ``topics.replication.factor``,
   ``topics.min.insync.replicas``, ``topics.retention.anomalies``/``.facts``/``.dead-letters``;
 - ``metrics.drained.after``: how long a settled key without events keeps its series;
-- ``state.partitions``: partitions (parallel tasks) of the stateful stages;
+- ``state.partitions``, ``txn.partitions``: partitions (parallel tasks) of the stateful
+  stages;
 - ``state.page.slots``: offsets per page of a key's window in the state store;
 - timing: ``trigger``, ``watermark.delay``, ``grace``, ``unseen.grace``, ``max.future.skew``;
 - share groups (KIP-932), as the groups are configured: ``share.lock``,
@@ -100,9 +101,13 @@ KEYS: dict[str, tuple[Any, str]] = {
     "txn.max.writers": (20_000, "writers stage 2 keeps per bucket at most, plus one generation's "
                                 "(oldest generations forgotten first): bounds its memory"),
     "verdict.memory": (1024, "anomalies remembered per key to count each once"),
-    "state.partitions": ("auto", "partitions of both stateful stages, so at most this many "
-                                 "tasks fold at once; fixed when a checkpoint is created (auto: "
-                                 "the cores of local[N]; on a cluster its cores, at least 16)"),
+    "state.partitions": ("auto", "partitions of stage 1 (the per-key fold), so at most this "
+                                 "many tasks fold at once; fixed when a checkpoint is created "
+                                 "(auto: the cores of local[N]; on a cluster its cores, at "
+                                 "least 16)"),
+    "txn.partitions": ("auto", "partitions of stage 2 (the per-writer fold); fixed when a "
+                               "checkpoint is created (auto: half of state.partitions, at least "
+                               "1, so stage 2's tasks leave cores to stage 1's)"),
     "state.page.slots": (DEFAULT_PAGE_SLOTS, "offsets per page of a key's window in the state "
                                              "store: a batch rewrites only the pages it changed "
                                              "(0: each key's state as one value)"),
@@ -252,6 +257,7 @@ class MonitorConfig:
     share_delivery_limit: int = 5
     share_skew_s: float = 1.0
     state_partitions: int | None = None  # None: auto (``state_partitions_for``)
+    txn_partitions: int | None = None  # None: auto (``txn_partitions_for``)
     state_page_slots: int = DEFAULT_PAGE_SLOTS
     source_options: dict[str, str] = field(default_factory=dict)
     producer_config: dict[str, str] = field(default_factory=dict)
@@ -428,6 +434,7 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
         share_delivery_limit=share_limit,
         share_skew_s=share_skew,
         state_partitions=_auto_int("state.partitions", settings["state.partitions"], 1, 10_000),
+        txn_partitions=_auto_int("txn.partitions", settings["txn.partitions"], 1, 10_000),
         state_page_slots=_page_slots(settings["state.page.slots"]),
         source_options=passthrough["source."],
         producer_config=passthrough["producer."],
@@ -459,6 +466,16 @@ def state_partitions_for(cfg: MonitorConfig, master: str, cores: int) -> int:
     if master.startswith("local"):
         return max(1, cores)
     return max(CLUSTER_STATE_PARTITIONS, cores)
+
+
+def txn_partitions_for(cfg: MonitorConfig, state_partitions: int) -> int:
+    """Stage 2's partition count for a new checkpoint: ``txn.partitions``, else (auto) half of
+    stage 1's, at least 1. Stage 2 folds a few writer buckets per probe every ``txn.trigger``,
+    far less work than stage 1's; with as many tasks it held every core in turns while stage
+    1's batches waited (docs/monitor.md, "Where a micro-batch's time goes")."""
+    if cfg.txn_partitions is not None:
+        return cfg.txn_partitions
+    return max(1, state_partitions // 2)
 
 
 SHARE_KEYS = ("share.lock", "share.delivery.limit", "share.skew")

@@ -120,9 +120,9 @@ def run(cfg: config.MonitorConfig, stop: threading.Event | None = None) -> int:
     def start() -> Any:
         monitor = Monitor(cfg, spark, stop=stop)
         monitor.start()
-        log.info("monitoring %s; metrics on %s:%s; checkpoint %s; %d state partitions",
-                 cfg.events_topic, cfg.metrics_host, cfg.metrics_port, cfg.checkpoint,
-                 monitor.state_partitions)
+        log.info("monitoring %s; metrics on %s:%s; checkpoint %s; partitions: %d in stage 1, "
+                 "%d in stage 2", cfg.events_topic, cfg.metrics_host, cfg.metrics_port,
+                 cfg.checkpoint, monitor.state_partitions, monitor.txn_partitions)
         return monitor
 
     return supervise(start, stop)

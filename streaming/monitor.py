@@ -31,7 +31,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from kmon.streaming import decode
-from kmon.streaming.config import ConfigError, MonitorConfig, state_partitions_for
+from kmon.streaming.config import (
+    ConfigError,
+    MonitorConfig,
+    state_partitions_for,
+    txn_partitions_for,
+)
 from kmon.streaming.keyfold import FoldSettings
 from kmon.streaming.metrics import E2E_BUCKETS, MonitorMetrics, registry_with
 from kmon.streaming.outputs import KEYS, TRANSACTIONS, Outputs
@@ -162,7 +167,8 @@ class Monitor:
         self.outputs: Outputs | None = None
         self._progress: _ProgressPoller | None = None
         self._stopped = threading.Event()
-        self.state_partitions = 0  # the stateful stages' partitions, known once started
+        self.state_partitions = 0  # stage 1's partitions, known once started
+        self.txn_partitions = 0  # stage 2's
 
     def start(self) -> None:
         from pyspark.sql import SparkSession
@@ -186,7 +192,13 @@ class Monitor:
         for k, v in self.cfg.spark_conf.items():  # keys without their "spark." prefix
             if k.startswith("sql."):
                 spark.conf.set("spark." + k, v)
-        self.state_partitions = _state_partitions(spark, self.cfg)
+        sc = spark.sparkContext
+        self.state_partitions = _partitions(
+            spark, self.cfg.stage1_checkpoint, "state.partitions",
+            state_partitions_for(self.cfg, sc.master, sc.defaultParallelism))
+        self.txn_partitions = _partitions(
+            spark, self.cfg.stage2_checkpoint, "txn.partitions",
+            txn_partitions_for(self.cfg, self.state_partitions))
         topics = ensure_topics(self.cfg)
         if topics:
             self.metrics.output_topics({t.topic: t.replicas for t in topics}, topics[0].brokers)
@@ -219,21 +231,24 @@ class Monitor:
             facts_start = end_offsets(self.cfg, self.cfg.facts_topic)
         trigger = _ms(self.cfg.trigger_s)
         # Each query's jobs in its own scheduler pool (session.POOLS_FILE): a query's thread
-        # takes the pool set in the starting thread.
-        sc = spark.sparkContext
+        # takes the pool set in the starting thread, and a query its shuffle partitions from
+        # the session's conf when it starts (a new checkpoint records them).
         sc.setLocalProperty("spark.scheduler.pool", f"kmon-{KEYS}")
+        spark.conf.set("spark.sql.shuffle.partitions", str(self.state_partitions))
         self.queries[KEYS] = (
             stage1(spark, self.cfg, self.partitions).writeStream.queryName(f"kmon-{KEYS}")
             .foreachBatch(self.outputs.key_batch)
             .option("checkpointLocation", self.cfg.stage1_checkpoint)
             .trigger(processingTime=trigger).start())
         sc.setLocalProperty("spark.scheduler.pool", f"kmon-{TRANSACTIONS}")
+        spark.conf.set("spark.sql.shuffle.partitions", str(self.txn_partitions))
         self.queries[TRANSACTIONS] = (
             stage2(spark, self.cfg, facts_start).writeStream
             .queryName(f"kmon-{TRANSACTIONS}")
             .foreachBatch(self.outputs.txn_batch)
             .option("checkpointLocation", self.cfg.stage2_checkpoint)
             .trigger(processingTime=_ms(self.cfg.txn_trigger_s)).start())
+        spark.conf.set("spark.sql.shuffle.partitions", str(self.state_partitions))
         sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         self._progress = _ProgressPoller(self)
         self._progress.start()
@@ -347,27 +362,29 @@ def _checkpoint_sources(spark: Any, checkpoint: str) -> list[str] | None:
     return None if lines is None else lines[2:]
 
 
-def _state_partitions(spark: Any, cfg: MonitorConfig) -> int:
-    """Set the stateful stages' partition count for a new checkpoint (``state.partitions``)
-    and return the one the queries will use. Spark records the count in each query's
-    checkpoint (the offsets' metadata) and a query restarted on it keeps that count whatever
-    the session says: state is partitioned by it. A setting that differs is only logged."""
-    sc = spark.sparkContext
-    wanted = state_partitions_for(cfg, sc.master, sc.defaultParallelism)
-    spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
-    lines = _last_offsets(spark, cfg.stage1_checkpoint)
-    if lines is None:
-        return wanted
-    try:
-        frozen = int(json.loads(lines[1])["conf"]["spark.sql.shuffle.partitions"])
-    except (IndexError, KeyError, TypeError, ValueError):
+def _partitions(spark: Any, checkpoint: str, setting: str, wanted: int) -> int:
+    """The partition count a stateful query on ``checkpoint`` will use: ``wanted`` for a new
+    checkpoint, else the count Spark recorded in it (the offsets' metadata), which a query
+    restarted on it keeps whatever the session says: state is partitioned by it. A
+    ``setting`` that differs is only logged."""
+    frozen = recorded_partitions(_last_offsets(spark, checkpoint))
+    if frozen is None:
         return wanted
     if frozen != wanted:
-        log.warning("state.partitions: the checkpoint %s was created with %d partitions and "
-                    "keeps them (%d asked for); to change them, start on a new checkpoint "
-                    "location (state and pending verdicts start afresh)",
-                    cfg.checkpoint, frozen, wanted)
+        log.warning("%s: the checkpoint %s was created with %d partitions and keeps them (%d "
+                    "asked for); to change them, start on a new checkpoint location (state "
+                    "and pending verdicts start afresh)", setting, checkpoint, frozen, wanted)
     return frozen
+
+
+def recorded_partitions(offsets: list[str] | None) -> int | None:
+    """The shuffle partitions an offsets file's lines record (None: none, or unreadable)."""
+    if offsets is None:
+        return None
+    try:
+        return int(json.loads(offsets[1])["conf"]["spark.sql.shuffle.partitions"])
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _exists(spark: Any, path: str) -> bool:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from kmon.checker.anomaly import Anomaly
 from kmon.checker.report import merge_key
 from kmon.history.model import Op
 from kmon.streaming import replay
-from kmon.streaming.monitor import Monitor
+from kmon.streaming.monitor import Monitor, recorded_partitions
 from kmon.synth import SynthConfig, healthy
 from tests.helpers import wait_until
 from tests.integration.test_monitor import SECOND, _config, _create, _evidence, _producer
@@ -105,7 +107,13 @@ def test_kill_and_restart_gives_the_same_verdicts(
     finally:
         first.stop()
     replay.produce(p, cfg.events_topic, halves[1])
-    second = Monitor(cfg, spark)  # fresh metrics: restored from the checkpoint
+    # Fresh metrics, restored from the checkpoint; other partition counts asked for, which
+    # the checkpoint's stages do not take.
+    first_counts = (first.state_partitions, first.txn_partitions)
+    assert first.txn_partitions == max(1, first.state_partitions // 2)  # the default
+    asked = replace(cfg, state_partitions=first.state_partitions + 1,
+                    txn_partitions=first.txn_partitions + 1)
+    second = Monitor(asked, spark)
     second.start()
     try:
         _wait_done(second, total)
@@ -114,6 +122,15 @@ def test_kill_and_restart_gives_the_same_verdicts(
         second.stop()
     assert _summary(got) == _summary(expected)
     assert again == counts
+    assert (second.state_partitions, second.txn_partitions) == first_counts
+    assert (_recorded(cfg.stage1_checkpoint), _recorded(cfg.stage2_checkpoint)) == first_counts
+
+
+def _recorded(checkpoint: str) -> int | None:
+    """The shuffle partitions a query's latest offsets file records."""
+    offsets = Path(checkpoint, "offsets")
+    latest = max((f for f in offsets.iterdir() if f.name.isdigit()), key=lambda f: int(f.name))
+    return recorded_partitions(latest.read_text().splitlines())
 
 
 def _kill_after_first_verdict(monitor: Monitor) -> dict:

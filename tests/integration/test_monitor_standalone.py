@@ -10,8 +10,9 @@ unread: lost writes), worker 1's JVM SIGKILLed with its executor mid-run (then s
 the driver SIGKILLed and restarted from its checkpoint. Then the probe stops, the monitor
 settles, and its verdicts must be `kmon check`'s on the probe's history: the same counts per
 anomaly type, the same evidence identities, none counted twice (unseen verdicts: see the
-end). The stateful stages run with the cluster default of ``state.partitions``, and Spark's
-event log shows the fold's tasks (16, on both executors). Nothing is timed.
+end). The stateful stages run with the cluster defaults of ``state.partitions`` and
+``txn.partitions``, and Spark's event log shows the folds' tasks (16 in stage 1, 8 in stage 2,
+on both executors). Nothing is timed.
 """
 
 from __future__ import annotations
@@ -236,7 +237,9 @@ def test_the_monitor_on_a_cluster_without_kmon_survives_an_executor_and_a_driver
     assert reported["unseen"] == counted["unseen"] >= offline["unseen"] > 0
     assert {_identity(probe.probe_id, Anomaly(e["anomaly"], e["record"]))
             for e in evidence if e["anomaly"] != "unseen"} == offline_ids
-    # The cluster default of state.partitions: the fold in that many tasks, on both executors.
+    # The cluster defaults of state.partitions and txn.partitions (half): the folds in that
+    # many tasks, on both executors.
     stages = _stateful_stages(eventlog)
-    assert stages and {n for n, _ in stages} == {CLUSTER_STATE_PARTITIONS}, stages
+    assert {n for n, _ in stages} == {CLUSTER_STATE_PARTITIONS, CLUSTER_STATE_PARTITIONS // 2}, \
+        stages
     assert max(len(execs) for _, execs in stages) == 2, stages

@@ -11,6 +11,7 @@ from kmon.streaming.config import (
     load,
     parse_duration,
     state_partitions_for,
+    txn_partitions_for,
 )
 
 REQUIRED = ["kafka.bootstrap.servers=b:9092", "checkpoint=/tmp/ck"]
@@ -73,6 +74,8 @@ def test_config_path_from_environment(tmp_path) -> None:
     (["txn.max.writers=3"], "txn.max.writers"),
     (["state.partitions=0"], "state.partitions"),
     (["state.partitions=many"], "state.partitions"),
+    (["txn.partitions=0"], "txn.partitions"),
+    (["txn.partitions=-1"], "txn.partitions"),
     (["state.page.slots=100"], "state.page.slots"),
     (["state.page.slots=-256"], "state.page.slots"),
     (["tirgger=1s"], "tirgger"),
@@ -177,6 +180,14 @@ def test_state_partitions_use_a_clusters_cores_and_leave_room_to_grow() -> None:
     assert state_partitions_for(fixed, "local[2]", 2) == 32  # the kmon setting wins
 
 
+def test_stage_2_gets_half_of_stage_1s_partitions_unless_set() -> None:
+    auto = load(overrides=REQUIRED, env={})
+    assert auto.txn_partitions is None
+    assert [txn_partitions_for(auto, n) for n in (1, 2, 3, 16, 48)] == [1, 1, 1, 8, 24]
+    fixed = load(overrides=[*REQUIRED, "txn.partitions=5"], env={})
+    assert txn_partitions_for(fixed, 2) == 5 and txn_partitions_for(fixed, 64) == 5
+
+
 def test_share_group_settings_default_to_kafkas_and_reach_the_fold(tmp_path) -> None:
     from kmon.checker.share import DEFAULT_SETTINGS, MAX_DELIVERIES, ShareSettings
     from kmon.streaming.config import MAX_SHARE_DELIVERY_LIMIT
@@ -204,3 +215,19 @@ def test_kmon_monitor_refuses_a_bad_share_setting_at_once(capsys) -> None:
     assert main(["monitor", "-b", "b:9092", "--checkpoint", "/tmp/ck",
                  "--set", "share.delivery.limit=0"]) == 2
     assert capsys.readouterr().err.startswith("kmon: error: share.delivery.limit: ")
+
+
+def test_a_checkpoints_recorded_partitions_are_read_from_its_offsets() -> None:
+    from kmon.streaming.monitor import recorded_partitions
+
+    meta = ('{"batchWatermarkMs":0,"batchTimestampMs":1764979200000,"conf":'
+            '{"spark.sql.shuffle.partitions":"%s","spark.sql.streaming.stateStore.'
+            'providerClass":"org.apache.spark.sql.execution.streaming.state.'
+            'RocksDBStateStoreProvider"}}')
+    source = '{"kmon-events":{"0":1042}}'
+    assert recorded_partitions(["v1", meta % 1, source]) == 1
+    assert recorded_partitions(["v1", meta % 16, source]) == 16
+    assert recorded_partitions(None) is None  # a new checkpoint
+    assert recorded_partitions(["v1"]) is None
+    assert recorded_partitions(["v1", '{"conf":{}}', source]) is None
+    assert recorded_partitions(["v1", meta % "many", source]) is None
