@@ -88,7 +88,9 @@ KEYS: dict[str, tuple[Any, str]] = {
                          "groups' verdicts"),
     "starting.offsets": ("earliest", "where a new checkpoint starts reading: earliest/latest"),
     "max.events.per.trigger": (200_000, "cap on events read per micro-batch, so a backlog "
-                                        "(a restart after downtime) comes in bounded batches"),
+                                        "(a restart after downtime) comes in bounded batches; "
+                                        "split over the events partitions by their backlog "
+                                        "at start"),
     "metrics.host": ("0.0.0.0", "address the Prometheus endpoint binds"),
     "metrics.port": (9464, "port of the Prometheus endpoint (0: no endpoint)"),
     "metrics.drained.after": ("1h", "a settled key (nothing left to judge) without events "

@@ -1,5 +1,5 @@
 """The driver's Kafka clients: the outputs producer, the output topics' creation, the events
-topic's partitions."""
+topic's partitions and their offsets."""
 
 from __future__ import annotations
 
@@ -207,9 +207,28 @@ def end_offsets(cfg: MonitorConfig, topic: str, timeout: float = 30.0) -> str:
     return json.dumps({topic: ends})
 
 
+def partition_ranges(cfg: MonitorConfig, topic: str, partitions: list[int],
+                     timeout: float = 30.0) -> dict[int, tuple[int, int]]:
+    """Each of ``topic``'s ``partitions``: its (first, end) offsets now."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**_client_settings(cfg), "group.id": "kmon-monitor-offsets",
+                         "enable.auto.commit": False})  # reads nothing, commits nothing
+    deadline = time.monotonic() + timeout
+    try:
+        return {p: _watermarks(consumer, TopicPartition(topic, p), deadline) for p in partitions}
+    finally:
+        consumer.close()
+
+
 def _log_end(consumer: Any, tp: Any, deadline: float) -> int:
-    """A partition's log end offset, retried while the error is transient: just after a topic
-    is created, or while leadership moves, a broker answers NOT_LEADER_FOR_PARTITION."""
+    """A partition's log end offset (``_watermarks``)."""
+    return _watermarks(consumer, tp, deadline)[1]
+
+
+def _watermarks(consumer: Any, tp: Any, deadline: float) -> tuple[int, int]:
+    """A partition's first and end offsets, retried while the error is transient: just after
+    a topic is created, or while leadership moves, a broker answers NOT_LEADER_FOR_PARTITION."""
     from confluent_kafka import KafkaError, KafkaException
 
     from kmon.probes.outcome import kafka_error
@@ -223,8 +242,9 @@ def _log_end(consumer: Any, tp: Any, deadline: float) -> int:
                  KafkaError._ALL_BROKERS_DOWN}
     while True:
         try:
-            return int(consumer.get_watermark_offsets(
-                tp, timeout=max(1.0, deadline - time.monotonic()))[1])
+            low, high = consumer.get_watermark_offsets(
+                tp, timeout=max(1.0, deadline - time.monotonic()))
+            return int(low), int(high)
         except KafkaException as e:
             err = kafka_error(e)
             code = err.code() if err is not None else None

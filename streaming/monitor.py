@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kmon.streaming import decode
@@ -86,18 +86,56 @@ def starting_offsets_of(cfg: MonitorConfig, partition: int) -> str:
     return json.dumps({cfg.events_topic: {str(partition): named.get(str(partition), -2)}})
 
 
-def stage1(spark: Any, cfg: MonitorConfig, partitions: Sequence[int]) -> Any:
+def source_caps(cap: int, backlogs: Mapping[int, int],
+                held: Mapping[int, int] | None = None) -> dict[int, int]:
+    """Each events partition's share of ``max.events.per.trigger`` (``cap``), its source's
+    ``maxOffsetsPerTrigger``: in proportion to the events it holds past where the monitor
+    resumes (``backlogs``), or, while that is under one batch, to all the events it holds
+    (``held``: its share of the traffic; none, an even share); at least half an even share
+    each, the others sharing the rest.
+
+    Spark prorates one source's cap over its partitions by their backlog; the monitor reads
+    each partition as a source of its own (its own watermark, ``stage1``), so it does the
+    same here, once at start. Split evenly, the cap lets a partition holding more events
+    (probes' processes hash unevenly: 31% and 19% of the bench's events) fall behind the
+    others in event time all through a backlog: reads whose sends are still in the slower
+    partition pile up in each key's state as pending reads (the bench's heads grew from 20 KB
+    to 170 KB a key), and the lowest watermark holds every verdict back. The floor keeps a
+    partition whose backlog was small at start from being starved by its own traffic later.
+    """
+    weights = backlogs if sum(max(b, 0) for b in backlogs.values()) > cap else held or {}
+    left = {p: max(weights.get(p, 0), 0) for p in backlogs}
+    if not sum(left.values()):
+        return dict.fromkeys(backlogs, -(-cap // max(len(backlogs), 1)))
+    floor = -(-cap // (2 * len(left)))
+    caps: dict[int, int] = {}
+    while True:  # those under the floor get it; the rest share what is left in proportion
+        share, total = cap - floor * len(caps), sum(left.values())
+        small = {p for p, b in left.items() if share * b < floor * total}
+        if not small:
+            caps.update({p: -(-share * b // total) for p, b in left.items()})
+            return caps
+        caps.update(dict.fromkeys(small, floor))
+        left = {p: b for p, b in left.items() if p not in small}
+
+
+def stage1(spark: Any, cfg: MonitorConfig, partitions: Sequence[int],
+           caps: Mapping[int, int] | None = None) -> Any:
     """The per-key query's output DataFrame (before the sink).
 
     Each events partition is its own Kafka source with its own event-time watermark, and the
     query's watermark is the lowest of them: evidence held up in one partition (its leader
     failing over, a probe's buffer draining) holds back absence verdicts until it arrives,
     where one watermark for the whole topic would follow the freshest partition and decide
-    too early. Probes' clock ticks keep every partition's watermark moving.
+    too early. Probes' clock ticks keep every partition's watermark moving. ``caps``: each
+    partition's ``maxOffsetsPerTrigger`` (``source_caps``; default an even share of
+    ``max.events.per.trigger``).
     """
     from kmon.streaming.processors import OUTPUT_SCHEMA, KeyFoldProcessor
 
     cap = cfg.max_events_per_trigger
+    if cap and caps is None:
+        caps = source_caps(cap, dict.fromkeys(partitions, 0))
     skew = None if cfg.max_future_skew_s is None else int(cfg.max_future_skew_s * 1000)
     sources = []
     for p in partitions:
@@ -108,8 +146,8 @@ def stage1(spark: Any, cfg: MonitorConfig, partitions: Sequence[int]) -> Any:
                   # Events lost to retention before the monitor read them are a gap to log,
                   # not a reason to stop monitoring.
                   .option("failOnDataLoss", "false"))
-        if cap:  # the setting caps a micro-batch; each source gets its share, rounded up
-            reader = reader.option("maxOffsetsPerTrigger", str(-(-cap // len(partitions))))
+        if caps:  # the setting caps a micro-batch; each source gets its share
+            reader = reader.option("maxOffsetsPerTrigger", str(caps[p]))
         sources.append(reader.load())
     rows = decode.key_rows(sources, _ms(cfg.watermark_delay_s), skew)
     return rows.groupBy("probe", "kl", "ks").transformWithState(
@@ -167,6 +205,7 @@ class Monitor:
         self.outputs: Outputs | None = None
         self._progress: _ProgressPoller | None = None
         self._stopped = threading.Event()
+        self.source_caps: dict[int, int] | None = None  # events a batch per partition's source
         self.state_partitions = 0  # stage 1's partitions, known once started
         self.txn_partitions = 0  # stage 2's
 
@@ -205,6 +244,7 @@ class Monitor:
         self.partitions = events_partitions(self.cfg, self._stop)
         self._partitions_checked = time.monotonic()
         _check_sources(spark, self.cfg, self.partitions)
+        self.source_caps = caps = self._source_caps(spark)
         producer = self._producer
         if producer is None:
             producer = self._made_producer = make_producer(self.cfg)
@@ -236,7 +276,8 @@ class Monitor:
         sc.setLocalProperty("spark.scheduler.pool", f"kmon-{KEYS}")
         spark.conf.set("spark.sql.shuffle.partitions", str(self.state_partitions))
         self.queries[KEYS] = (
-            stage1(spark, self.cfg, self.partitions).writeStream.queryName(f"kmon-{KEYS}")
+            stage1(spark, self.cfg, self.partitions, caps).writeStream
+            .queryName(f"kmon-{KEYS}")
             .foreachBatch(self.outputs.key_batch)
             .option("checkpointLocation", self.cfg.stage1_checkpoint)
             .trigger(processingTime=trigger).start())
@@ -252,6 +293,27 @@ class Monitor:
         sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         self._progress = _ProgressPoller(self)
         self._progress.start()
+
+    def _source_caps(self, spark: Any) -> dict[int, int] | None:
+        """Each events partition's cap a batch (``source_caps``), from its backlog now."""
+        from kmon.streaming.kafka import partition_ranges
+
+        cap = self.cfg.max_events_per_trigger
+        if not cap:
+            return None
+        resumed = _checkpoint_sources(spark, self.cfg.stage1_checkpoint)
+        try:
+            ranges = partition_ranges(self.cfg, self.cfg.events_topic, self.partitions)
+            backlogs = events_backlogs(self.cfg, ranges, resumed)
+        except Exception:  # sizing only: an even split is what the monitor did before
+            log.warning("could not read the events partitions' offsets; each partition's "
+                        "source gets an even share of max.events.per.trigger", exc_info=True)
+            ranges, backlogs = {}, dict.fromkeys(self.partitions, 0)
+        held = {p: end - first for p, (first, end) in ranges.items()}
+        caps = source_caps(cap, backlogs, held)
+        log.info("events partitions' backlogs %s (events held %s): events a batch from each "
+                 "at most %s", backlogs, held, caps)
+        return caps
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait until either query stops (raising its error, if any) or ``timeout`` passes."""
@@ -342,6 +404,27 @@ def sources_mismatch(sources: list[str], cfg: MonitorConfig, partitions: list[in
             f"{cfg.events_topic}, which now has partitions {partitions}; the monitor reads each "
             "partition as its own source and cannot resume it: give it a new checkpoint "
             "location (its state, and verdicts still pending, start afresh)")
+
+
+def events_backlogs(cfg: MonitorConfig, ranges: Mapping[int, tuple[int, int]],
+                    resumed: list[str] | None) -> dict[int, int]:
+    """Events each partition holds (``ranges``: first and end offsets) past where stage 1
+    starts reading: the offsets its checkpoint last logged (``resumed``, a JSON line per
+    source), else ``starting.offsets``."""
+    start: dict[int, int] = {}
+    for line in resumed or ():
+        try:
+            start.update({int(p): int(o) for p, o in json.loads(line)[cfg.events_topic].items()})
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # unreadable: counted from the first offset
+    if resumed is None and cfg.starting_offsets == "latest":
+        return dict.fromkeys(ranges, 0)
+    if resumed is None and cfg.starting_offsets != "earliest":
+        named = json.loads(cfg.starting_offsets).get(cfg.events_topic, {})
+        start = {int(p): ranges[int(p)][1] if o == -1 else int(o) for p, o in named.items()
+                 if int(p) in ranges and o != -2}
+    return {p: max(0, end - max(first, start.get(p, first)))
+            for p, (first, end) in ranges.items()}
 
 
 def _last_offsets(spark: Any, checkpoint: str) -> list[str] | None:

@@ -107,3 +107,32 @@ def test_a_lagging_events_partition_holds_back_absence_verdicts(
     # ... and its checkpoint, written for two sources, is refused for three.
     with pytest.raises(ConfigError, match=r"checkpoint: .* new checkpoint location"):
         Monitor(cfg, spark).start()
+
+
+def test_a_backlog_is_read_in_proportion_across_events_partitions(
+    spark: Any, kafka_bootstrap: str, tmp_path: Any,
+) -> None:
+    """Through a backlog, each events partition's source reads its share of a batch in
+    proportion to its backlog (``monitor.source_caps``), so that partitions holding unequal
+    shares of the events advance through the same event time; an even split let the larger
+    one fall behind batch after batch."""
+    start = time.time_ns() - 600 * SECOND
+    ticks = [clock_tick(start + i * 10_000_000, "clock") for i in range(1200)]
+    cfg = _config(kafka_bootstrap, tmp_path, "c" + uuid.uuid4().hex[:8],
+                  **{"max.events.per.trigger": "400"})
+    _create(kafka_bootstrap, cfg.events_topic, partitions=2)
+    p = _producer(kafka_bootstrap)
+    _to_partition(p, cfg.events_topic, ticks[:900], 0)  # three quarters of the events
+    _to_partition(p, cfg.events_topic, ticks[900:], 1)
+    p.close()
+    monitor = Monitor(cfg, spark)
+    monitor.start()
+    try:
+        assert monitor.source_caps == {0: 300, 1: 100}
+        wait_until(lambda: monitor.metrics.events >= 1200, "the backlog read", 120)
+        busy = [q for q in monitor.queries["keys"].recentProgress if q["numInputRows"] > 0]
+        first = busy[0]["sources"]  # one source per partition, in partition order
+        assert [s["numInputRows"] for s in first] == [300, 100]
+        assert len(busy) == 3  # both partitions drained together, batch by batch
+    finally:
+        monitor.stop()
