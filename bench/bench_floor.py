@@ -109,7 +109,8 @@ def floor_query(spark: Any, boot: str, topic: str, rate: int, checkpoint: str,
 
 def latency(spark: Any, boot: str, rate: int, seconds: float, root: str) -> list[float]:
     """The floor's detection latency: events produced live at ``rate``/s (the monitor's
-    latency run's producer, with its markers 0.5-1.5 s apart), and for each marker the time from
+    latency run's producer, with its markers 0.5-1.5 s apart, sent once the query is warm as
+    the monitor's run waits for it: ``bench_monitor.warm_up``), and for each marker the time from
     its production to the end of the first micro-batch whose output carries an event as new
     (the floor reads no values: a batch that read the marker's Kafka timestamp, or a later
     one, has seen it). Sorted seconds."""
@@ -135,12 +136,12 @@ def latency(spark: Any, boot: str, rate: int, seconds: float, root: str) -> list
     prod = ctx.Process(target=bm._live_producer, args=(boot, topic, rate, seconds, 1.0, warm,
                                                        marks))
     prod.start()
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and bm._busy_batches(q) < bm.WARM_BATCHES:
-        time.sleep(0.5)
+    warmth = bm.warm_up(spark, q)
+    warm_from = max((p["batchId"] for p in q.recentProgress), default=-1)
     warm.set()
-    bm.say(f"  floor warm after {bm._busy_batches(q)} batches; measuring for {seconds:.0f} s")
+    bm.say(f"  floor warm after {warmth}; measuring for {seconds:.0f} s")
     produced: list[float] = []
+    cpu0, t0 = bm.cpu_snapshot(), time.monotonic()
     end = time.monotonic() + seconds + 120
     while time.monotonic() < end:
         x = marks.get()
@@ -148,9 +149,18 @@ def latency(spark: Any, boot: str, rate: int, seconds: float, root: str) -> list
             break
         if isinstance(x, float):
             produced.append(x)
+        elif isinstance(x, tuple):  # production ended: the cores' window ends too
+            cpu = bm.cpu_split(cpu0, bm.cpu_snapshot(), time.monotonic() - t0, prod.pid, x[1])
+            bm.say(f"  cores used while events were produced: {cpu}")
     time.sleep(5)  # the last markers' batches
     prod.join(30)
     q.stop()
+    busy = [p for p in q.recentProgress if p["numInputRows"] > 0 and p["batchId"] > warm_from]
+    if busy:
+        rows = statistics.median(p["numInputRows"] for p in busy)
+        secs = statistics.median(p["durationMs"]["triggerExecution"] / 1000 for p in busy)
+        bm.say(f"  floor at {rate:,}/s: median {rows:,.0f} events/batch, {secs:.2f} s; "
+               + bm._phases(busy))
     lat = []
     for t in produced:
         # Kafka timestamps are milliseconds, taken as the marker was produced
