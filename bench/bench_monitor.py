@@ -196,7 +196,7 @@ def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: in
         say(f"  {rate:>7,} events/batch: median batch {med:.2f} s (max {max(durations):.2f}),"
             f" {'sustained' if med <= 1.0 else 'NOT sustained'}; processing {rate_done:,.0f}"
             f" events/s ({load()})")
-        say("    " + _phases(full))
+        say("    " + _phases(full) + f"; events a batch per events partition {m.source_caps}")
         if per_batch:
             cores = os.cpu_count() or 1
             total = sum(per_batch.values())
@@ -487,7 +487,7 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=6)
     ap.add_argument("--latency-seconds", type=float, default=75)
     # 5k/s is the target's rate; 500/s is a fleet of probes (one probe sends about 50/s).
-    ap.add_argument("--latency-rates", default="500,5000")
+    ap.add_argument("--latency-rates", default="500,5000", help="comma-separated (empty: none)")
     ap.add_argument("--trigger", default="1s", help="trigger of the latency run")
     ap.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                     help="a monitor setting for the latency runs (repeatable), e.g. "
@@ -519,7 +519,7 @@ def main() -> int:
         settings = dict(s.split("=", 1) for s in args.setting)
         lats = {rate: latency(spark, boot, root, rate, args.latency_seconds, args.trigger,
                               settings)
-                for rate in (int(x) for x in args.latency_rates.split(","))}
+                for rate in (int(x) for x in args.latency_rates.split(",") if x.strip())}
         floor: list[float] = []
         if args.floor_rate:
             import bench_floor
