@@ -347,7 +347,7 @@ WARM_BATCHES = 5
 # A monitor runs for days, so latency is measured in a warm JVM, as the floor's is (it runs
 # after the monitor, in the same JVM). Busy batches alone are not warm: the JIT compilers kept
 # about half a core busy through the monitor's first minute here, 0.15 cores at three minutes
-# and 0.05 at eight (2026-12-07), on the two cores the batches need. So the measurement waits
+# and 0.05 at eight (2026-12-06), on the two cores the batches need. So the measurement waits
 # until they use under JIT_SETTLED_CORES over a JIT_WINDOW_S window (at most WARM_MAX_S).
 JIT_SETTLED_CORES = 0.15
 JIT_WINDOW_S = 20.0
