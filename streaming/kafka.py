@@ -193,37 +193,25 @@ def end_offsets(cfg: MonitorConfig, topic: str, timeout: float = 30.0) -> str:
     """``topic``'s current end offsets as a Spark ``startingOffsets`` JSON map."""
     import json
 
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({**_client_settings(cfg), "group.id": "kmon-monitor-offsets",
-                         "enable.auto.commit": False})  # reads nothing, commits nothing
-    deadline = time.monotonic() + timeout
-    try:
-        parts = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
-        ends = {str(p): _log_end(consumer, TopicPartition(topic, p), deadline)
-                for p in parts}
-    finally:
-        consumer.close()
-    return json.dumps({topic: ends})
+    ranges = partition_ranges(cfg, topic, None, timeout)
+    return json.dumps({topic: {str(p): end for p, (_, end) in ranges.items()}})
 
 
-def partition_ranges(cfg: MonitorConfig, topic: str, partitions: list[int],
+def partition_ranges(cfg: MonitorConfig, topic: str, partitions: list[int] | None = None,
                      timeout: float = 30.0) -> dict[int, tuple[int, int]]:
-    """Each of ``topic``'s ``partitions``: its (first, end) offsets now."""
+    """Each of ``topic``'s ``partitions`` (None: all of them): its (first, end) offsets now."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({**_client_settings(cfg), "group.id": "kmon-monitor-offsets",
                          "enable.auto.commit": False})  # reads nothing, commits nothing
     deadline = time.monotonic() + timeout
     try:
+        if partitions is None:
+            partitions = list(consumer.list_topics(topic, timeout=timeout)
+                              .topics[topic].partitions)
         return {p: _watermarks(consumer, TopicPartition(topic, p), deadline) for p in partitions}
     finally:
         consumer.close()
-
-
-def _log_end(consumer: Any, tp: Any, deadline: float) -> int:
-    """A partition's log end offset (``_watermarks``)."""
-    return _watermarks(consumer, tp, deadline)[1]
 
 
 def _watermarks(consumer: Any, tp: Any, deadline: float) -> tuple[int, int]:
@@ -250,5 +238,5 @@ def _watermarks(consumer: Any, tp: Any, deadline: float) -> tuple[int, int]:
             code = err.code() if err is not None else None
             if code not in transient or time.monotonic() + 0.5 > deadline:
                 raise
-            log.info("end offset of %s[%d]: %s; retrying", tp.topic, tp.partition, err)
+            log.info("offsets of %s[%d]: %s; retrying", tp.topic, tp.partition, err)
             time.sleep(0.5)

@@ -243,8 +243,8 @@ class Monitor:
             self.metrics.output_topics({t.topic: t.replicas for t in topics}, topics[0].brokers)
         self.partitions = events_partitions(self.cfg, self._stop)
         self._partitions_checked = time.monotonic()
-        _check_sources(spark, self.cfg, self.partitions)
-        self.source_caps = caps = self._source_caps(spark)
+        resumed = _check_sources(spark, self.cfg, self.partitions)
+        self.source_caps = caps = self._source_caps(resumed)
         producer = self._producer
         if producer is None:
             producer = self._made_producer = make_producer(self.cfg)
@@ -294,14 +294,14 @@ class Monitor:
         self._progress = _ProgressPoller(self)
         self._progress.start()
 
-    def _source_caps(self, spark: Any) -> dict[int, int] | None:
-        """Each events partition's cap a batch (``source_caps``), from its backlog now."""
+    def _source_caps(self, resumed: list[str] | None) -> dict[int, int] | None:
+        """Each events partition's cap a batch (``source_caps``), from its backlog now past
+        the offsets stage 1's checkpoint last logged (``resumed``; None: a new one)."""
         from kmon.streaming.kafka import partition_ranges
 
         cap = self.cfg.max_events_per_trigger
         if not cap:
             return None
-        resumed = _checkpoint_sources(spark, self.cfg.stage1_checkpoint)
         try:
             ranges = partition_ranges(self.cfg, self.cfg.events_topic, self.partitions)
             backlogs = events_backlogs(self.cfg, ranges, resumed)
@@ -381,14 +381,14 @@ class Monitor:
             log.warning("closing the outputs producer", exc_info=True)
 
 
-def _check_sources(spark: Any, cfg: MonitorConfig, partitions: list[int]) -> None:
-    """A checkpoint resumes only the sources it was written with: one per events partition."""
+def _check_sources(spark: Any, cfg: MonitorConfig, partitions: list[int]) -> list[str] | None:
+    """A checkpoint resumes only the sources it was written with: one per events partition.
+    Its sources' last offsets (``_checkpoint_sources``)."""
     sources = _checkpoint_sources(spark, cfg.stage1_checkpoint)
-    if sources is None:
-        return
-    error = sources_mismatch(sources, cfg, partitions)
+    error = None if sources is None else sources_mismatch(sources, cfg, partitions)
     if error:
         raise ConfigError(error)
+    return sources
 
 
 def sources_mismatch(sources: list[str], cfg: MonitorConfig, partitions: list[int]) -> str:
@@ -417,14 +417,20 @@ def events_backlogs(cfg: MonitorConfig, ranges: Mapping[int, tuple[int, int]],
             start.update({int(p): int(o) for p, o in json.loads(line)[cfg.events_topic].items()})
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # unreadable: counted from the first offset
-    if resumed is None and cfg.starting_offsets == "latest":
-        return dict.fromkeys(ranges, 0)
-    if resumed is None and cfg.starting_offsets != "earliest":
-        named = json.loads(cfg.starting_offsets).get(cfg.events_topic, {})
-        start = {int(p): ranges[int(p)][1] if o == -1 else int(o) for p, o in named.items()
-                 if int(p) in ranges and o != -2}
+    if resumed is None:
+        start = {p: _starts_at(starting_offsets_of(cfg, p), cfg.events_topic, p, first, end)
+                 for p, (first, end) in ranges.items()}
     return {p: max(0, end - max(first, start.get(p, first)))
             for p, (first, end) in ranges.items()}
+
+
+def _starts_at(spec: str, topic: str, partition: int, first: int, end: int) -> int:
+    """The offset a new source reads from, given its ``startingOffsets`` (``spec``, as
+    ``starting_offsets_of`` makes it; -2 is the earliest offset, -1 the latest)."""
+    offset = {"earliest": -2, "latest": -1}.get(spec)
+    if offset is None:
+        offset = json.loads(spec)[topic][str(partition)]
+    return first if offset == -2 else end if offset == -1 else int(offset)
 
 
 def _last_offsets(spark: Any, checkpoint: str) -> list[str] | None:

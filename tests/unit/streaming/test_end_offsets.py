@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from kmon.streaming.kafka import _log_end
+from kmon.streaming.kafka import _watermarks
 
 
 class _Answers:
@@ -30,21 +30,21 @@ TP = TopicPartition("facts", 0)
 
 def test_not_leader_right_after_creation_is_retried() -> None:
     c = _Answers(-KafkaError.NOT_LEADER_FOR_PARTITION, -KafkaError.LEADER_NOT_AVAILABLE, 42)
-    assert _log_end(c, TP, time.monotonic() + 10) == 42
+    assert _watermarks(c, TP, time.monotonic() + 10)[1] == 42
     assert c.calls == 3
 
 
 def test_a_lasting_error_fails_fast() -> None:
     c = _Answers(-KafkaError.TOPIC_AUTHORIZATION_FAILED, 42)
     with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
-        _log_end(c, TP, time.monotonic() + 10)
+        _watermarks(c, TP, time.monotonic() + 10)
     assert c.calls == 1
 
 
 def test_a_transient_error_past_the_deadline_is_raised() -> None:
     c = _Answers(-KafkaError.NOT_LEADER_FOR_PARTITION, 42)
     with pytest.raises(KafkaException, match="NOT_LEADER_FOR_PARTITION"):
-        _log_end(c, TP, time.monotonic())
+        _watermarks(c, TP, time.monotonic())
 
 
 class _BrokerKilled:
@@ -60,4 +60,4 @@ class _BrokerKilled:
 
 
 def test_a_broker_killed_while_the_monitor_starts_is_retried() -> None:
-    assert _log_end(_BrokerKilled(), TP, time.monotonic() + 10) == 7
+    assert _watermarks(_BrokerKilled(), TP, time.monotonic() + 10)[1] == 7
