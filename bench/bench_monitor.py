@@ -8,7 +8,8 @@ Prints, on this machine (local[2]) and in one run:
 2. **Sustained throughput**: healthy synthetic op events (64 keys, 16 processes, transactions
    with aborts) produced to an events topic beforehand, event time advancing at
    ``--event-rate``; then the whole monitor (decode, both stages, outputs, metrics) reads them
-   with a 1 s trigger and ``max.events.per.trigger`` = R, for R up a ladder. R is sustained
+   with a 1 s trigger and ``max.events.per.trigger`` = R, for R up a ladder, once the JVM is
+   warm (a first round at the smallest R until the JIT compilers settle, as below). R is sustained
    when the median micro-batch takes at most the trigger. The highest sustained R is the
    figure, next to the ceiling (target: at least 0.8 of it); the processing rate at each R
    (events / batch time) shows the per-batch fixed cost against the per-event cost, and at
@@ -54,6 +55,17 @@ SECOND = 1_000_000_000
 # The shared ceiling script lives beside the checkout (../shared), wherever it is cloned.
 CEILING = os.environ.get("KMON_CEILING", str(
     Path(__file__).resolve().parents[2] / "shared" / "bench" / "spark_stateful_ceiling.py"))
+
+WARM_BATCHES = 5
+# A monitor runs for days, so throughput and latency are measured in a warm JVM, as the
+# floor's latency is (it runs after the monitor, in the same JVM). Busy batches alone are not
+# warm: the JIT compilers kept about half a core busy through the monitor's first minute here,
+# 0.15 cores at three minutes and 0.05 at eight (2026-12-06), on the two cores the batches
+# need. So the measurement waits until they use under JIT_SETTLED_CORES over a JIT_WINDOW_S
+# window (at most WARM_MAX_S).
+JIT_SETTLED_CORES = 0.15
+JIT_WINDOW_S = 20.0
+WARM_MAX_S = 420.0
 
 
 def load() -> str:
@@ -143,7 +155,7 @@ def monitor_config(boot: str, run: str, root: Path, **extra: Any) -> Any:
 
 
 def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: int,
-               events: int, event_rate: float) -> dict[str, Any]:
+               events: int, event_rate: float, warm_s: float = WARM_MAX_S) -> dict[str, Any]:
     from kmon.streaming.monitor import Monitor
 
     run = uuid.uuid4().hex[:8]
@@ -156,13 +168,26 @@ def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: in
     consumed = 0
     state_bytes: dict[str, int] = {}
     rocksdb = (0, 0)
+    # The first round only warms the JVM up, at the ladder's smallest batches (a trigger
+    # apart: they bound the events it uses), until the JIT compilers settle, as the latency
+    # step does: a monitor catching up after downtime has run for days before.
     warm = True
-    for rate in [ladder[0], *ladder]:  # the first round only warms the JVM up
+    for rate in [ladder[0], *ladder]:
         cfg = monitor_config(boot, run, root, **{"max.events.per.trigger": rate,
                                                  "trigger": "1s"})
         m = Monitor(cfg, spark, serve_metrics=False)
         m.start()
         q = m.queries["keys"]
+        if warm:
+            warm = False
+            read: dict[int, int] = {}
+            warmth = warm_up(spark, q, read, warm_s)
+            m.stop()
+            read.update((p["batchId"], p["numInputRows"]) for p in q.recentProgress)
+            consumed += sum(read.values())
+            say(f"  warm-up at {rate:,}/batch: {warmth}, {consumed:,} events read ({load()})")
+            continue
+        jit0 = jit_seconds(spark), time.monotonic()
         want = batches + 2
         done: list[dict] = []
         cpu0: tuple[int, dict] | None = None  # batches done, snapshot: once the first two are
@@ -180,12 +205,9 @@ def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: in
             ops_ = done[-1]["stateOperators"] if done else []
             rocksdb = (ops_[0]["numRowsTotal"], ops_[0]["memoryUsedBytes"]) if ops_ else (0, 0)
         m.stop()
+        jit = (jit_seconds(spark) - jit0[0]) / (time.monotonic() - jit0[1])
         full = [p for p in done[2:] if p["numInputRows"] >= rate * 0.95]
         consumed += sum(p["numInputRows"] for p in done)
-        if warm:
-            warm = False
-            say(f"  warm-up at {rate:,}/batch: {len(done)} batches ({load()})")
-            continue
         if len(full) < 3:
             say(f"  {rate:,}/s: input exhausted ({consumed:,} events read)")
             break
@@ -196,7 +218,8 @@ def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: in
         say(f"  {rate:>7,} events/batch: median batch {med:.2f} s (max {max(durations):.2f}),"
             f" {'sustained' if med <= 1.0 else 'NOT sustained'}; processing {rate_done:,.0f}"
             f" events/s ({load()})")
-        say("    " + _phases(full) + f"; events a batch per events partition {m.source_caps}")
+        say("    " + _phases(full) + f"; events a batch per events partition {m.source_caps};"
+            f" JIT compilers {jit:.2f} cores")
         if per_batch:
             cores = os.cpu_count() or 1
             total = sum(per_batch.values())
@@ -343,17 +366,6 @@ def latency(spark: Any, boot: str, root: Path, rate: int, seconds: float,
     return {"latencies": lat, "hist": hist, "batches": batches, "cpu": cpu}
 
 
-WARM_BATCHES = 5
-# A monitor runs for days, so latency is measured in a warm JVM, as the floor's is (it runs
-# after the monitor, in the same JVM). Busy batches alone are not warm: the JIT compilers kept
-# about half a core busy through the monitor's first minute here, 0.15 cores at three minutes
-# and 0.05 at eight (2026-12-06), on the two cores the batches need. So the measurement waits
-# until they use under JIT_SETTLED_CORES over a JIT_WINDOW_S window (at most WARM_MAX_S).
-JIT_SETTLED_CORES = 0.15
-JIT_WINDOW_S = 20.0
-WARM_MAX_S = 420.0
-
-
 def jit_seconds(spark: Any) -> float:
     """Seconds the JVM's JIT compilers have spent compiling so far (all compiler threads)."""
     jvm = spark.sparkContext._jvm
@@ -361,18 +373,32 @@ def jit_seconds(spark: Any) -> float:
         .getTotalCompilationTime() / 1000
 
 
-def warm_up(spark: Any, query: Any) -> str:
+def warm_up(spark: Any, query: Any, read: dict[int, int] | None = None,
+            most_s: float = WARM_MAX_S) -> str:
     """Wait until ``query`` has run ``WARM_BATCHES`` busy batches and the JIT compilers have
-    settled (or ``WARM_MAX_S`` passed); say how warm it got."""
+    settled (or ``most_s`` passed); say how warm it got. ``read``, if given, collects the
+    events each batch read (batch id -> rows), as the query's progress holds only the last
+    hundred batches."""
     start = time.monotonic()
-    deadline = start + WARM_MAX_S
+    deadline = start + most_s
+
+    def wait(seconds: float) -> None:
+        until = min(deadline, time.monotonic() + seconds)
+        while True:
+            if read is not None:
+                read.update((p["batchId"], p["numInputRows"]) for p in query.recentProgress)
+            if time.monotonic() >= until:
+                return
+            time.sleep(0.5)
+
     while time.monotonic() < deadline and _busy_batches(query) < WARM_BATCHES:
-        time.sleep(0.5)
+        wait(0.5)
     cores = float("inf")
     while time.monotonic() < deadline and cores >= JIT_SETTLED_CORES:
         before, t0 = jit_seconds(spark), time.monotonic()
-        time.sleep(JIT_WINDOW_S)
+        wait(JIT_WINDOW_S)
         cores = (jit_seconds(spark) - before) / (time.monotonic() - t0)
+    wait(0)
     return (f"{_busy_batches(query)} batches and {time.monotonic() - start:.0f} s (JIT compilers"
             f" {cores:.2f} cores over the last {JIT_WINDOW_S:.0f} s)")
 
@@ -479,12 +505,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     ap.add_argument("--ceiling-events", type=int, default=2_000_000)
-    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--events", type=int, default=3_600_000)
     ap.add_argument("--event-rate", type=float, default=30_000,
                     help="event time advances at this many events/s in the throughput run")
     # Up to the monitor's default cap per batch (200k): the ceiling's own batch shape.
     ap.add_argument("--ladder", default="2500,5000,10000,50000,200000")
     ap.add_argument("--batches", type=int, default=6)
+    ap.add_argument("--warm-seconds", type=float, default=WARM_MAX_S,
+                    help="the longest the throughput step's JIT warm-up may take")
     ap.add_argument("--latency-seconds", type=float, default=75)
     # 5k/s is the target's rate; 500/s is a fleet of probes (one probe sends about 50/s).
     ap.add_argument("--latency-rates", default="500,5000", help="comma-separated (empty: none)")
@@ -500,7 +528,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.ceiling_events, args.events, args.batches = 400_000, 300_000, 3
-        args.ladder, args.latency_seconds = "2500,10000", 30
+        args.ladder, args.latency_seconds, args.warm_seconds = "2500,10000", 30, 60
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     say(f"kmon monitor benchmark: {os.cpu_count()} cores, {load()}")
     ceil = {} if args.skip_ceiling else ceiling(args.ceiling_events, 64)
@@ -515,7 +543,7 @@ def main() -> int:
                "consumed": 0}
         if not args.skip_throughput:
             thr = throughput(spark, boot, root, [int(x) for x in args.ladder.split(",")],
-                             args.batches, args.events, args.event_rate)
+                             args.batches, args.events, args.event_rate, args.warm_seconds)
         settings = dict(s.split("=", 1) for s in args.setting)
         lats = {rate: latency(spark, boot, root, rate, args.latency_seconds, args.trigger,
                               settings)
