@@ -165,29 +165,31 @@ def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: in
     produce_synthetic(boot, base.events_topic, events, event_rate)
     results: list[tuple[int, float, float]] = []
     cpu_batches: list[tuple[int, dict[str, float]]] = []  # batch size, CPU seconds a batch
-    consumed = 0
     state_bytes: dict[str, int] = {}
     rocksdb = (0, 0)
-    # The first round only warms the JVM up, at the ladder's smallest batches (a trigger
-    # apart: they bound the events it uses), until the JIT compilers settle, as the latency
-    # step does: a monitor catching up after downtime has run for days before.
-    warm = True
-    for rate in [ladder[0], *ladder]:
+
+    def started(rate: int) -> Any:
         cfg = monitor_config(boot, run, root, **{"max.events.per.trigger": rate,
                                                  "trigger": "1s"})
         m = Monitor(cfg, spark, serve_metrics=False)
         m.start()
+        return m
+
+    # A first round only warms the JVM up, at the ladder's smallest batches (a trigger apart:
+    # they bound the events it uses), until the JIT compilers settle, as the latency step
+    # does: a monitor catching up after downtime has run for days before.
+    m = started(ladder[0])
+    q = m.queries["keys"]
+    read: dict[int, int] = {}
+    warmth = warm_up(spark, q, read, warm_s)
+    m.stop()
+    read.update((p["batchId"], p["numInputRows"]) for p in q.recentProgress)
+    consumed = sum(read.values())
+    say(f"  warm-up at {ladder[0]:,}/batch: {warmth}, {consumed:,} events read ({load()})")
+    for rate in ladder:
+        m = started(rate)
         q = m.queries["keys"]
-        if warm:
-            warm = False
-            read: dict[int, int] = {}
-            warmth = warm_up(spark, q, read, warm_s)
-            m.stop()
-            read.update((p["batchId"], p["numInputRows"]) for p in q.recentProgress)
-            consumed += sum(read.values())
-            say(f"  warm-up at {rate:,}/batch: {warmth}, {consumed:,} events read ({load()})")
-            continue
-        jit0 = jit_seconds(spark), time.monotonic()
+        jit_s0, jit_t0 = jit_seconds(spark), time.monotonic()
         want = batches + 2
         done: list[dict] = []
         cpu0: tuple[int, dict] | None = None  # batches done, snapshot: once the first two are
@@ -205,7 +207,7 @@ def throughput(spark: Any, boot: str, root: Path, ladder: list[int], batches: in
             ops_ = done[-1]["stateOperators"] if done else []
             rocksdb = (ops_[0]["numRowsTotal"], ops_[0]["memoryUsedBytes"]) if ops_ else (0, 0)
         m.stop()
-        jit = (jit_seconds(spark) - jit0[0]) / (time.monotonic() - jit0[1])
+        jit = (jit_seconds(spark) - jit_s0) / (time.monotonic() - jit_t0)
         full = [p for p in done[2:] if p["numInputRows"] >= rate * 0.95]
         consumed += sum(p["numInputRows"] for p in done)
         if len(full) < 3:
@@ -377,8 +379,8 @@ def warm_up(spark: Any, query: Any, read: dict[int, int] | None = None,
             most_s: float = WARM_MAX_S) -> str:
     """Wait until ``query`` has run ``WARM_BATCHES`` busy batches and the JIT compilers have
     settled (or ``most_s`` passed); say how warm it got. ``read``, if given, collects the
-    events each batch read (batch id -> rows), as the query's progress holds only the last
-    hundred batches."""
+    events each batch read (batch id -> rows) every half second, as the query's progress holds
+    only the last hundred batches; read the progress once more when the query has stopped."""
     start = time.monotonic()
     deadline = start + most_s
 
@@ -398,7 +400,6 @@ def warm_up(spark: Any, query: Any, read: dict[int, int] | None = None,
         before, t0 = jit_seconds(spark), time.monotonic()
         wait(JIT_WINDOW_S)
         cores = (jit_seconds(spark) - before) / (time.monotonic() - t0)
-    wait(0)
     return (f"{_busy_batches(query)} batches and {time.monotonic() - start:.0f} s (JIT compilers"
             f" {cores:.2f} cores over the last {JIT_WINDOW_S:.0f} s)")
 
