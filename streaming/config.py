@@ -449,7 +449,11 @@ def from_mapping(values: Mapping[str, Any], env: Mapping[str, str] | None = None
 # fetch.max.wait.ms (500 ms by default). Stage 2's facts topic is such a topic: each of its
 # tasks waited it out while holding a core stage 1 needed (bench_monitor.py's latency run: the
 # facts read took 0.9-1.6 s of task time per stage-2 batch, 0.16-0.31 s with 20 ms).
-SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "20"}
+# Each poll of Spark's consumer also asks the broker for the partition's earliest and latest
+# offsets (two ListOffsets requests), and a poll returns at most max.poll.records (500 by
+# default): a 200k-event batch made some 400 polls. 10,000 a poll (what one default 1 MB fetch
+# holds of small op events) cut the brokers' CPU a batch by about 40% (docs/monitor.md).
+SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "20", "kafka.max.poll.records": "10000"}
 
 # state.partitions on a cluster at least: room to add executors before the checkpoint, which
 # keeps the count it was created with, has to move.

@@ -22,9 +22,11 @@ def test_defaults() -> None:
     assert cfg.events_topic == "kmon-events" and cfg.anomalies_topic == "kmon-anomalies"
     assert cfg.trigger_s == 1.0 and cfg.grace_s == 10.0 and cfg.unseen_grace_s == 60.0
     assert cfg.metrics_port == 9464 and cfg.max_events_per_trigger == 200_000
-    # Short fetch waits: a task's seek waits out the fetch its predecessor left in flight.
+    # Short fetch waits: a task's seek waits out the fetch its predecessor left in flight;
+    # big polls: each poll costs the broker two offset lookups.
     assert cfg.kafka_options() == {"kafka.bootstrap.servers": "b:9092",
-                                   "kafka.fetch.max.wait.ms": "20"}
+                                   "kafka.fetch.max.wait.ms": "20",
+                                   "kafka.max.poll.records": "10000"}
     assert cfg.stage1_checkpoint == "/tmp/ck/keys" and cfg.metrics_dir == "/tmp/ck/metrics"
 
 
