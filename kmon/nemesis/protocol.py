@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from kmon.local.cluster import LocalCluster
     from kmon.local.kafka_proxy import LocalKafkaProxy
 
+# How the proxy ends the log line of an injection it handed back (FaultFilter.NOT_COUNTED).
+NOT_COUNTED = " (not counted)"
+
 __all__ = ["FAULTS", "ProtocolFault", "kafka_proxy_of"]
 
 
@@ -75,8 +78,8 @@ class ProtocolFault(Fault):
         try:
             self.proxy.deactivate(self.fault)
             # This activation's lines: the log spans earlier ones, and they name their topics.
-            done = [line for line in self.proxy.injections(self.fault)
-                    if not line.startswith(f"{self.fault} o") and self.prefix in line]
+            done = counted([line for line in self.proxy.injections(self.fault)
+                            if not line.startswith(f"{self.fault} o") and self.prefix in line])
             active = self.proxy.activations().get(self.fault)
         except KafkaProxyError as exc:
             raise FaultError(str(exc)) from None
@@ -87,6 +90,21 @@ class ProtocolFault(Fault):
     def release(self) -> None:
         """Undo what is held (hidden batches shown again): after the row's final read."""
         self.proxy.reset()
+
+
+def counted(lines: list[str]) -> list[str]:
+    """The injection lines of ``lines`` that still count: an injection the proxy handed back
+    (a torn write whose transaction aborted is no fault) is logged again with a reason and
+    ``NOT_COUNTED``, and both lines are left out."""
+    out: list[str] = []
+    for line in lines:
+        if not line.endswith(NOT_COUNTED):
+            out.append(line)
+            continue
+        injection = line.rsplit("; ", 1)[0]
+        if injection in out:
+            out.remove(injection)
+    return out
 
 
 def kafka_proxy_of(cluster: LocalCluster) -> LocalKafkaProxy:

@@ -91,9 +91,11 @@ class _Write(NamedTuple):
     value: str
 
 
-def _transactions(producer: Any, topic: str, first: int, count: int) -> list[_Write]:
-    """``count`` committed transactions, each writing partition 0 and then partition 1, in a
-    produce request each (only the second write of a transaction may be torn)."""
+def _transactions(producer: Any, topic: str, first: int, count: int,
+                  commit: bool = True) -> list[_Write]:
+    """``count`` committed (or aborted) transactions, each writing partition 0 and then
+    partition 1, in a produce request each (only the second write of a transaction may be
+    torn)."""
     writes: list[_Write] = []
 
     def report(err: Any, msg: Any) -> None:
@@ -105,7 +107,10 @@ def _transactions(producer: Any, topic: str, first: int, count: int) -> list[_Wr
         for p in (0, 1):
             producer.produce(topic, f"{n}/{p}".encode(), partition=p, on_delivery=report)
             assert producer.flush(60) == 0
-        producer.commit_transaction(60)
+        if commit:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
     return writes
 
 
@@ -196,3 +201,40 @@ def test_torn_transactions_acknowledge_each_torn_write_at_a_marker_of_its_own(
     assert [w.value for w in torn] == ["1/1", "4/1"], (torn, stored)
     offsets = [w.offset for w in first + writes if w.partition == 1]
     assert len(set(offsets)) == len(offsets), offsets  # one value per acknowledged offset
+
+
+def test_a_tear_in_a_transaction_that_aborts_is_handed_back(proxy: Any,
+                                                           local_cluster: Any) -> None:
+    """Dropping a write of a transaction that then aborts is no fault (none of its writes is
+    ever to be read), so the proxy hands that injection back: a row's count and its budget are
+    of committed transactions only. CI, 2026-12-07: all of a row's tears fell in the probe's
+    deliberate aborts, and the row had nothing torn to detect."""
+    from confluent_kafka import Producer
+
+    from kmon.nemesis.protocol import counted
+
+    topic = _topic(local_cluster, partitions=2)
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0,
+                         "transactional.id": f"kp-txn-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(60)
+    first = _transactions(producer, topic, 0, 1)
+    assert _read(proxy.bootstrap, topic, first[-1].offset, partition=1)  # the proxy sees a marker
+    proxy.activate("torn-transaction", prefix=topic, rate=1.0, max_count=1, seconds=60)
+    aborted = _transactions(producer, topic, 1, 1, commit=False)  # torn, then aborted
+    assert proxy.activations()["torn-transaction"].injected == 0
+    writes = _transactions(producer, topic, 2, 1)  # its marker is claimed: nothing torn
+    _read(proxy.bootstrap, topic, _last_value_offset(local_cluster.bootstrap, topic, 1),
+          partition=1)  # readers pass a newer marker
+    writes += _transactions(producer, topic, 3, 1)  # the budget of one tear is still there
+
+    stored = {v for p in (0, 1)
+              for _, v in _read(local_cluster.bootstrap, topic,
+                                _last_value_offset(local_cluster.bootstrap, topic, p),
+                                partition=p)}
+    assert not stored & {w.value for w in aborted}
+    assert [w.value for w in writes if w.value not in stored] == ["3/1"], (writes, stored)
+    assert proxy.activations()["torn-transaction"].injected == 1
+    lines = [line for line in proxy.injections("torn-transaction")
+             if line.startswith("torn-transaction: ") and topic in line]
+    assert len(lines) == 3 and lines[1].endswith("aborted (not counted)"), lines
+    assert counted(lines) == [lines[2]]

@@ -83,6 +83,18 @@ def test_a_proxy_fault_is_switched_on_bounded_and_off() -> None:
     assert fault.name == "proxy-spurious-offset"
 
 
+def test_injections_the_proxy_handed_back_are_not_counted() -> None:
+    """A torn write whose transaction aborted is logged again with the reason; both lines go,
+    and only that injection's (the same partition torn again later still counts)."""
+    from kmon.nemesis.protocol import counted
+
+    torn = "torn-transaction: tx-1 write to t.1/2 acknowledged at {}, never forwarded"
+    lines = [torn.format(9), torn.format(30),
+             torn.format(9) + "; its transaction aborted (not counted)", torn.format(41)]
+    assert counted(lines) == [torn.format(30), torn.format(41)]
+    assert counted([lines[2]]) == []  # its injection already out of the bounded log
+
+
 def test_bad_proxy_faults_are_refused_naming_the_setting() -> None:
     with pytest.raises(SettingError, match="Kafka proxy fault 'lose-everything'"):
         ProtocolFault(FakeProxy(), "lose-everything")  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
 
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.message.EndTxnRequestData;
@@ -58,12 +59,21 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
     private final Map<Integer, List<Torn>> torn = new ConcurrentHashMap<>();
 
     /**
+     * Ends the log line of an injection handed back, which is its injection's line and a
+     * reason: kmon.nemesis.protocol leaves both lines out.
+     */
+    static final String NOT_COUNTED = " (not counted)";
+
+    /**
      * Per transactional id, its open transaction's writes so far: {@code false} once one was
      * forwarded, {@code true} once one was torn; gone at its EndTxn. A producer's writes to
      * partitions led by different brokers travel in different requests, over connections each
      * with a filter of its own, hence one map for all.
      */
     private static final Map<String, Boolean> OPEN_TXNS = new ConcurrentHashMap<>();
+
+    /** Per transactional id, the torn writes of its open transaction, settled at its EndTxn. */
+    private static final Map<String, List<Torn>> OPEN_TEARS = new ConcurrentHashMap<>();
 
     // --- metadata ------------------------------------------------------------------------
 
@@ -155,9 +165,7 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
                     Sequences.add(Sequences.key(Batches.producerId(r), Batches.producerEpoch(r),
                             t.name(), p.index()), Batches.recordCount(r));
                     out.add(new Torn(t.name(), p.index(), marker));
-                    Faults.note("torn-transaction: " + request.transactionalId() + " write to "
-                            + t.name() + "/" + p.index() + " acknowledged at " + marker
-                            + ", never forwarded");
+                    Faults.note(tornLine(txn, out.get(0)));
                     pi.remove();
                 }
             }
@@ -167,6 +175,7 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
         }
         if (!out.isEmpty()) {
             OPEN_TXNS.put(txn, true);
+            OPEN_TEARS.computeIfAbsent(txn, k -> new CopyOnWriteArrayList<>()).addAll(out);
         }
         else if (before == null && a.matches(request.topicData().iterator().next().name())) {
             OPEN_TXNS.put(txn, false);
@@ -178,7 +187,32 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
     public CompletionStage<RequestFilterResult> onEndTxnRequest(short version,
             RequestHeaderData header, EndTxnRequestData request, FilterContext ctx) {
         OPEN_TXNS.remove(request.transactionalId());  // the next transaction starts afresh
+        List<Torn> tears = OPEN_TEARS.remove(request.transactionalId());
+        if (tears != null && !request.committed()) {
+            giveBack(request.transactionalId(), tears);
+        }
         return ctx.forwardRequest(header, request);
+    }
+
+    /**
+     * An aborted transaction's writes are never to be read, so dropping one of them is no
+     * fault at all: its injections are handed back for a transaction that commits (CI,
+     * 2026-12-07: all four tears fell in the probe's deliberate aborts, and nothing was torn).
+     */
+    private static void giveBack(String txn, List<Torn> tears) {
+        Activation a = Faults.get(Faults.TORN_TRANSACTION);
+        if (a != null) {
+            a.injected().addAndGet(-tears.size());
+        }
+        for (Torn t : tears) {
+            Faults.note(tornLine(txn, t) + "; its transaction aborted" + NOT_COUNTED);
+        }
+    }
+
+    /** The log line of a torn write; a handed-back one repeats it, so both can be paired. */
+    private static String tornLine(String txn, Torn t) {
+        return "torn-transaction: " + txn + " write to " + t.topic() + "/" + t.partition()
+                + " acknowledged at " + t.offset() + ", never forwarded";
     }
 
     /** Idempotence stripped from a plain produce, which is then also sent a second time. */
