@@ -21,7 +21,9 @@ import faulthandler
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ START_TIMEOUT = 90.0  # spawn, import, create the events topic
 SHUTDOWN_DUMP_AFTER = 120.0
 EXIT_TIMEOUT = 30.0  # from the summary to the process' exit (interpreter teardown)
 DUMP_WAIT = 3.0  # for that dump to be written before the kill
+GDB_TIMEOUT = 90.0  # attach and walk every thread's native stack
 
 
 class ProbeDied(RuntimeError):
@@ -152,6 +155,7 @@ class ProbeChild:
             log.warning("the probe process (pid %d) is silent: its stacks go to %s",
                         self._proc.pid, path)
             time.sleep(DUMP_WAIT)
+        append_native_stacks(int(self._proc.pid), path)
         return since
 
     def _stacks_text(self, since: int) -> str:
@@ -165,6 +169,28 @@ class ProbeChild:
         except OSError:
             return ""
         return f"; innermost frames: {frames} (stacks in {path})" if frames else ""
+
+
+def append_native_stacks(pid: int, path: Path) -> bool:
+    """Append every native thread's stack of live process ``pid`` to ``path``, by gdb when
+    installed. Python's stacks cannot say which thread holds the GIL inside the native client
+    (CI, 2026-12-07: a 5 s ``join`` that never returned); gdb's show the holder, not waiting
+    in ``take_gil``. False if gdb is missing or gave up (it detaches, and the process goes
+    on as it was)."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return False
+    command = [gdb, "-q", "-batch", "-p", str(pid), "-ex", "info threads",
+               "-ex", "thread apply all bt 30"]
+    try:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(f"\n--- native stacks of pid {pid} (gdb) ---\n")
+            out.flush()
+            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=GDB_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def _exit_text(code: int) -> str:

@@ -14,7 +14,8 @@ server-side-filtering  a record batch, chosen when first fetched, is left out of
                        answer (readers skip acknowledged writes)
 torn-transaction       one partition's produce inside a transaction is acknowledged (at an
                        offset readers pass that holds no value) but never forwarded; the
-                       transaction then commits
+                       transaction then commits (a tear whose transaction aborts is no
+                       fault: it is handed back, and not counted)
 aborted-read           a read_committed fetch is sent as read_uncommitted
 duplicate              a plain produce is sent twice with its idempotence (producer id,
                        sequence) stripped

@@ -7,6 +7,7 @@ the interpreter."""
 from __future__ import annotations
 
 import ctypes
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ def frozen_child(overrides: dict[str, str], history: str, conn: Any, dump_after:
     release it): no Python runs in the process again, so it never answers."""
     enable_stack_dumps(open(stacks_path(Path(history)), "w", buffering=1))  # noqa: SIM115
     conn.send(("started", "frozen"))
-    ctypes.PyDLL(None).sleep(120)
+    for _ in range(4):  # the parent's dump signal cuts one sleep short, not the freeze
+        ctypes.PyDLL(None).sleep(30)
 
 
 def test_a_child_frozen_with_the_gil_held_is_killed_with_its_stacks(
@@ -39,3 +41,19 @@ def test_a_child_frozen_with_the_gil_held_is_killed_with_its_stacks(
     assert str(stacks_path(history)) in str(died.value)
     assert "most recent call first" in stacks_path(history).read_text()
     assert child._proc.exitcode is not None  # killed, not left behind
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+def test_a_silent_childs_native_stacks_show_the_thread_holding_the_gil(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Python's stacks show where each thread called into native code, not which one holds
+    the GIL; gdb's do (CI, 2026-12-07: a 5 s ``join`` that had not returned after minutes)."""
+    monkeypatch.setattr(probe_child, "_child_main", frozen_child)
+    history = tmp_path / "history.jsonl"
+    child = ProbeChild({}, history)
+    child.start()
+    with pytest.raises(ProbeDied):
+        child.shutdown(timeout=2.0)
+    native = stacks_path(history).read_text().split("--- native stacks of pid", 1)
+    assert len(native) == 2, "no native stacks appended"
+    assert "nanosleep" in native[1], native[1][-3000:]  # the frozen thread, asleep in libc
