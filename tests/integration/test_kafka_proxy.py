@@ -114,6 +114,27 @@ def _transactions(producer: Any, topic: str, first: int, count: int,
     return writes
 
 
+def _transactional_topic(proxy: Any, cluster: Any) -> tuple[str, Any, list[_Write]]:
+    """A two-partition topic, a transactional producer through the proxy, and the writes of
+    one committed transaction, read back through the proxy (which so learns a marker)."""
+    from confluent_kafka import Producer
+
+    topic = _topic(cluster, partitions=2)
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0,
+                         "transactional.id": f"kp-txn-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(60)
+    first = _transactions(producer, topic, 0, 1)
+    assert _read(proxy.bootstrap, topic, first[-1].offset, partition=1)
+    return topic, producer, first
+
+
+def _stored_values(cluster: Any, topic: str) -> set[str]:
+    """Every committed value the brokers hold in the topic's two partitions."""
+    return {v for p in (0, 1)
+            for _, v in _read(cluster.bootstrap, topic,
+                              _last_value_offset(cluster.bootstrap, topic, p), partition=p)}
+
+
 def _listening(ports: set[int]) -> list[str]:
     """The local addresses (hex, as /proc/net/tcp* gives them) listening on ``ports``."""
     out = []
@@ -178,24 +199,14 @@ def test_torn_transactions_acknowledge_each_torn_write_at_a_marker_of_its_own(
     value; a second one there would put two values at one offset (inconsistent-offsets, which
     the torn-transaction row forbids), so the marker serves one tear until readers pass a newer
     one."""
-    from confluent_kafka import Producer
-
-    topic = _topic(local_cluster, partitions=2)
-    producer = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0,
-                         "transactional.id": f"kp-txn-{uuid.uuid4().hex[:8]}"})
-    producer.init_transactions(60)
-    first = _transactions(producer, topic, 0, 1)
-    assert _read(proxy.bootstrap, topic, first[-1].offset, partition=1)  # the proxy sees a marker
+    topic, producer, first = _transactional_topic(proxy, local_cluster)
     proxy.activate("torn-transaction", prefix=topic, rate=1.0, max_count=10, seconds=60)
     writes = _transactions(producer, topic, 1, 3)
     _read(proxy.bootstrap, topic, _last_value_offset(local_cluster.bootstrap, topic, 1),
           partition=1)  # readers pass the newer markers
     writes += _transactions(producer, topic, 4, 1)
 
-    stored = {v for p in (0, 1)
-              for _, v in _read(local_cluster.bootstrap, topic,
-                                _last_value_offset(local_cluster.bootstrap, topic, p),
-                                partition=p)}
+    stored = _stored_values(local_cluster, topic)
     torn = [w for w in writes if w.value not in stored]
     # One tear per marker, and only of a transaction's second write (its first went through).
     assert [w.value for w in torn] == ["1/1", "4/1"], (torn, stored)
@@ -209,16 +220,9 @@ def test_a_tear_in_a_transaction_that_aborts_is_handed_back(proxy: Any,
     ever to be read), so the proxy hands that injection back: a row's count and its budget are
     of committed transactions only. CI, 2026-12-07: all of a row's tears fell in the probe's
     deliberate aborts, and the row had nothing torn to detect."""
-    from confluent_kafka import Producer
-
     from kmon.nemesis.protocol import counted
 
-    topic = _topic(local_cluster, partitions=2)
-    producer = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0,
-                         "transactional.id": f"kp-txn-{uuid.uuid4().hex[:8]}"})
-    producer.init_transactions(60)
-    first = _transactions(producer, topic, 0, 1)
-    assert _read(proxy.bootstrap, topic, first[-1].offset, partition=1)  # the proxy sees a marker
+    topic, producer, _ = _transactional_topic(proxy, local_cluster)
     proxy.activate("torn-transaction", prefix=topic, rate=1.0, max_count=1, seconds=60)
     aborted = _transactions(producer, topic, 1, 1, commit=False)  # torn, then aborted
     assert proxy.activations()["torn-transaction"].injected == 0
@@ -227,10 +231,7 @@ def test_a_tear_in_a_transaction_that_aborts_is_handed_back(proxy: Any,
           partition=1)  # readers pass a newer marker
     writes += _transactions(producer, topic, 3, 1)  # the budget of one tear is still there
 
-    stored = {v for p in (0, 1)
-              for _, v in _read(local_cluster.bootstrap, topic,
-                                _last_value_offset(local_cluster.bootstrap, topic, p),
-                                partition=p)}
+    stored = _stored_values(local_cluster, topic)
     assert not stored & {w.value for w in aborted}
     assert [w.value for w in writes if w.value not in stored] == ["3/1"], (writes, stored)
     assert proxy.activations()["torn-transaction"].injected == 1
