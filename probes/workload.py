@@ -92,6 +92,7 @@ class Workload:
         self.stopped_at = 0.0
         self.abandoned = 0
         self.final_read: CatchUp | None = None  # how the shutdown's final read went
+        self._final_reader: Process | None = None  # its clients are closed with the others
         self.last_summary: dict[str, Any] = {}
         self._reported_stuck: set[tuple[int, int]] = set()
         # Clients whose call hung past every timeout: kept referenced, never closed.
@@ -277,8 +278,15 @@ class Workload:
         """Ask every process to finish its op and stop (safe from a signal handler)."""
         self.stopping.set()
 
-    def shutdown(self) -> dict[str, Any]:
-        """Stop, let in-flight ops finish, final read, close everything; returns a summary."""
+    def shutdown(self, close: bool = True) -> dict[str, Any]:
+        """Stop, let in-flight ops finish, final read, make the history durable (sealed, its
+        events flushed), then close the clients; returns a summary.
+
+        The closes come last, and ``close=False`` leaves them to ``close_clients``: a close
+        can block in librdkafka (a group leave with the coordinator away, once for minutes
+        in CI), and the history must not wait on it, nor the caller's summary. Nothing of
+        the history is lost so: the processes' ops are over, and a consumer's close only
+        serves revocations, which belong to a next op of its process that never comes."""
         cfg = self.cfg
         self.stopping.set()
         self.run_ended_at = time.monotonic()
@@ -302,9 +310,6 @@ class Workload:
                 "probe shut down before the op completed")
         if cfg.final_read_timeout > 0:
             self.final_read = self._final_read()
-        for proc, t in zip(self.processes, self.threads, strict=True):
-            if not t.is_alive():
-                proc.close_clients()
         if self._maintenance is not None:
             self._maintenance.join(2.0)
         # The history ends here: a call still hung that returns later adds nothing to it.
@@ -314,7 +319,28 @@ class Workload:
         self.metrics.up.set(0)
         self.stopped_at = time.monotonic()
         self.last_summary = self.summary(undelivered)
+        if close:
+            self.close_clients()
+            self.last_summary["hung_clients"] = len(self.abandoned_clients)
         return self.last_summary
+
+    def close_clients(self) -> None:
+        """Close the clients of every process whose op loop ended, and the final reader's:
+        all processes at once, each its own clients in order, each close bounded by
+        ``close_timeout``. One after another, a broker outage (every close waiting out its
+        bound) would take processes x 3 bounds, past a pod's grace period."""
+        done = [p for p, t in zip(self.processes, self.threads, strict=True)
+                if not t.is_alive()]
+        if self._final_reader is not None:
+            done.append(self._final_reader)
+            self._final_reader = None
+        closers = [threading.Thread(target=p.close_clients, name=f"kmon-close-{p.pid}",
+                                    daemon=True) for p in done]
+        for t in closers:
+            t.start()
+        deadline = time.monotonic() + 3 * self.cfg.close_timeout + 1.0
+        for t in closers:
+            t.join(max(0.1, deadline - time.monotonic()))
 
     def _final_read(self) -> CatchUp | None:
         """Read every key up to its end, as a fresh process of the assign group. A key left
@@ -342,9 +368,9 @@ class Workload:
                            time.monotonic() - began)
         except Exception:
             log.exception("final read failed")
-            reader.close_clients()
+            self._final_reader = reader  # closed with the others, after the history
             return None
-        reader.close_clients()
+        self._final_reader = reader
         if not done.reached:
             log.warning("final read: %d keys not read to their end in %.1fs (%s): their "
                         "acknowledged values may be reported unseen", len(done.short),

@@ -225,10 +225,13 @@ def _child_main(overrides: dict[str, str], history: str, conn: Any, dump_after: 
                 conn.recv()  # "stop"
             faulthandler.dump_traceback_later(dump_after, file=stacks)
             try:
-                summary = wl.shutdown()
+                summary = wl.shutdown(close=False)
             finally:
                 faulthandler.cancel_dump_traceback_later()
         conn.send(("summary", (summary, generate_latest(wl.metrics.registry).decode())))
+        # After the summary: a close that hangs in librdkafka costs the parent EXIT_TIMEOUT
+        # and a warning, not the history (CI, 2026-12-07: a probe lost to a hung close).
+        wl.close_clients()
     except Exception as exc:
         log.exception("probe failed")
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
