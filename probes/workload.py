@@ -60,6 +60,35 @@ class Pacer:
         return not stop.is_set()
 
 
+EVENTS_FLUSH_S = 30.0  # the op events' last flush at shutdown
+MAINTENANCE_JOIN_S = 2.0
+
+
+def ops_bound(cfg: ProbeConfig) -> float:
+    """How long a shutdown waits for the processes' in-flight ops."""
+    return 2 * cfg.op_timeout + 3 * cfg.close_timeout + cfg.poll_timeout + 5
+
+
+def final_read_bound(cfg: ProbeConfig) -> float:
+    """How long the shutdown's final read may take before it is abandoned."""
+    return cfg.final_read_timeout + cfg.poll_timeout + 3 * cfg.op_timeout
+
+
+def closes_bound(cfg: ProbeConfig) -> float:
+    """How long the closes of every process's clients may take together (at once, each
+    process's three one after another)."""
+    return 3 * cfg.close_timeout + 1.0
+
+
+def shutdown_bound(cfg: ProbeConfig) -> float:
+    """The longest a shutdown takes, every bound waited out (a cluster gone at SIGTERM). A
+    pod's grace period shorter than this can kill the probe before its events are flushed:
+    the Helm chart's probe.terminationGracePeriodSeconds covers it at the defaults."""
+    final_read = final_read_bound(cfg) if cfg.final_read_timeout > 0 else 0.0
+    events = 1.0 + EVENTS_FLUSH_S  # the emitter's poller joined, then its flush
+    return ops_bound(cfg) + final_read + MAINTENANCE_JOIN_S + events + closes_bound(cfg)
+
+
 class Workload:
     def __init__(
         self,
@@ -291,7 +320,7 @@ class Workload:
         self.stopping.set()
         self.run_ended_at = time.monotonic()
         self.run_ops = sum(self.recorder.outcomes.values())
-        budget = 2 * cfg.op_timeout + 3 * cfg.close_timeout + cfg.poll_timeout + 5
+        budget = ops_bound(cfg)
         deadline = time.monotonic() + budget
         for t in self.threads:
             t.join(max(0.1, deadline - time.monotonic()))
@@ -311,10 +340,11 @@ class Workload:
         if cfg.final_read_timeout > 0:
             self.final_read = self._final_read()
         if self._maintenance is not None:
-            self._maintenance.join(2.0)
+            self._maintenance.join(MAINTENANCE_JOIN_S)
         # The history ends here: a call still hung that returns later adds nothing to it.
         self.abandoned += self.recorder.seal("probe shut down before the op completed")
-        undelivered = self.emitter.close(timeout=30.0) if self.emitter is not None else 0
+        undelivered = (self.emitter.close(timeout=EVENTS_FLUSH_S) if self.emitter is not None
+                       else 0)
         self.recorder.flush()
         self.metrics.up.set(0)
         self.stopped_at = time.monotonic()
@@ -338,7 +368,7 @@ class Workload:
                                     daemon=True) for p in done]
         for t in closers:
             t.start()
-        deadline = time.monotonic() + 3 * self.cfg.close_timeout + 1.0
+        deadline = time.monotonic() + closes_bound(self.cfg)
         for t in closers:
             t.join(max(0.1, deadline - time.monotonic()))
 
@@ -353,7 +383,7 @@ class Workload:
         cfg = self.cfg
         reader = Process(cfg.processes, self, random.Random(self.rng.random()))
         given_up = threading.Event()
-        bound = cfg.final_read_timeout + cfg.poll_timeout + 3 * cfg.op_timeout
+        bound = final_read_bound(cfg)
         began = time.monotonic()
         try:
             done = C.bounded(reader.catch_up, cfg.final_read_timeout, given_up.is_set,

@@ -832,6 +832,21 @@ def test_probes_are_a_statefulset_named_after_their_pods(helm: str) -> None:
     assert env["KMON_PROBE_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
+def test_a_stopping_probe_pod_has_time_for_its_whole_shutdown(helm: str) -> None:
+    """Kubernetes kills a pod 30 s after SIGTERM unless told; the probe's shutdown, every
+    bound waited out (the cluster gone), takes longer, and its last op events would be lost."""
+    from kmon.probes import config as probe_config
+    from kmon.probes.workload import shutdown_bound
+
+    defaults = probe_config.load(env={}, overrides={"kafka.bootstrap.servers": "k:9092"})
+    spec = by_kind(objects(helm, *BASE), "StatefulSet")["t-kmon-probe"]["spec"]["template"][
+        "spec"]
+    assert spec["terminationGracePeriodSeconds"] >= shutdown_bound(defaults) > 30
+    custom = objects(helm, *BASE, "--set", "probe.terminationGracePeriodSeconds=400")
+    assert by_kind(custom, "StatefulSet")["t-kmon-probe"]["spec"]["template"]["spec"][
+        "terminationGracePeriodSeconds"] == 400
+
+
 def test_an_explicit_probe_name_overrides_the_pod_name(helm: str) -> None:
     objs = objects(helm, *BASE, "--set", "probe.extraEnv[0].name=KMON_PROBE_NAME",
                    "--set", "probe.extraEnv[0].value=eu-canary")
