@@ -33,9 +33,10 @@ from kmon.probes.stacks import DUMP_SIGNAL, enable_stack_dumps, innermost_frames
 log = logging.getLogger("kmon.nemesis.probe")
 
 START_TIMEOUT = 90.0  # spawn, import, create the events topic
-# A shutdown's own bounds: in-flight ops (40 s at the defaults), the final read (its timeout
-# plus 30 s), client closes (5 s each, abandoned past that) and the events' flush (30 s). One
-# still running after this dumps its stacks, though it may yet end within the parent's wait.
+# A shutdown's own bounds (kmon.probes.workload.shutdown_bound): in-flight ops (40 s at the
+# defaults), the final read (its timeout plus 30 s) and the events' flush (31 s); the child
+# closes its clients after its summary. One still running after this dumps its stacks,
+# though it may yet end within the parent's wait.
 SHUTDOWN_DUMP_AFTER = 120.0
 EXIT_TIMEOUT = 30.0  # from the summary to the process' exit (interpreter teardown)
 DUMP_WAIT = 3.0  # for that dump to be written before the kill
