@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -53,9 +53,11 @@ def _produce(bootstrap: str, topic: str, values: range) -> list[tuple[int, str]]
     return acks
 
 
-def _read(bootstrap: str, topic: str, until_offset: int,
-          partition: int = 0) -> list[tuple[int, str]]:
-    """Every (offset, value) a read_committed consumer gets, up to ``until_offset``."""
+def _poll_committed(bootstrap: str, topic: str, partition: int,
+                    done: Callable[[Any, list[tuple[int, str]]], bool],
+                    ) -> tuple[list[tuple[int, str]], bool]:
+    """Every (offset, value) a read_committed consumer of one partition gets until
+    ``done(consumer, got)``, for at most 60 s; and whether ``done`` came."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
@@ -64,13 +66,23 @@ def _read(bootstrap: str, topic: str, until_offset: int,
     got: list[tuple[int, str]] = []
     deadline = time.monotonic() + 60
     try:
-        while (not got or got[-1][0] < until_offset) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if done(c, got):
+                return got, True
             msg = c.poll(0.5)
             if msg is not None and not msg.error():
                 got.append((msg.offset(), msg.value().decode()))
-        return got
+        return got, done(c, got)
     finally:
         c.close()
+
+
+def _read(bootstrap: str, topic: str, until_offset: int,
+          partition: int = 0) -> list[tuple[int, str]]:
+    """Every (offset, value) a read_committed consumer gets, up to ``until_offset``."""
+    got, _ = _poll_committed(bootstrap, topic, partition,
+                             lambda c, got: bool(got) and got[-1][0] >= until_offset)
+    return got
 
 
 def _read_to_end(bootstrap: str, topic: str, partition: int,
@@ -80,24 +92,14 @@ def _read_to_end(bootstrap: str, topic: str, partition: int,
     last transaction marker moves the position over it, so a proxy in between has then seen
     that marker: reading up to the last value can stop one answer short of it (the torn
     tests' first tear then waited for a later marker; CI, 2026-12-07)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     end = _end(cluster.bootstrap, topic, partition)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                  "enable.auto.commit": False, "isolation.level": "read_committed"})
-    c.assign([TopicPartition(topic, partition, 0)])
-    got: list[tuple[int, str]] = []
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is not None and not msg.error():
-                got.append((msg.offset(), msg.value().decode()))
-            if c.position([TopicPartition(topic, partition)])[0].offset >= end:
-                return got
-        raise AssertionError(f"{topic}/{partition} not read to its end {end} in 60 s: {got}")
-    finally:
-        c.close()
+    got, reached = _poll_committed(
+        bootstrap, topic, partition,
+        lambda c, got: c.position([TopicPartition(topic, partition)])[0].offset >= end)
+    assert reached, f"{topic}/{partition} not read to its end {end} in 60 s: {got}"
+    return got
 
 
 def _end(bootstrap: str, topic: str, partition: int) -> int:
