@@ -201,10 +201,12 @@ final class FaultFilter implements MetadataResponseFilter, ProduceRequestFilter,
      */
     private static void giveBack(String txn, List<Torn> tears) {
         Activation a = Faults.get(Faults.TORN_TRANSACTION);
-        if (a != null) {
-            a.injected().addAndGet(-tears.size());
-        }
         for (Torn t : tears) {
+            // Only to the activation that made it: a transaction left open by an earlier one
+            // (another prefix, since reset) may abort during the next.
+            if (a != null && a.matches(t.topic())) {
+                a.injected().decrementAndGet();
+            }
             Faults.note(tornLine(txn, t) + "; its transaction aborted" + NOT_COUNTED);
         }
     }
